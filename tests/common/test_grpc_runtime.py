@@ -1,0 +1,221 @@
+"""The service runtime on real gRPC servers over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from etude.api.v1 import common_pb2, trainer_pb2, trainer_pb2_grpc
+from etude.common.grpc_client import health_status, insecure_channel
+from etude.common.grpc_server import ServiceRuntime
+from etude.common.net import free_port
+from etude.common.settings import ClientSettings, GrpcSettings
+from tests.support.probe_service import SERVICE_NAME, ProbeTrainer, registration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def status_request(behaviour: str) -> trainer_pb2.StatusRequest:
+    return trainer_pb2.StatusRequest(run_id=common_pb2.RunId(value=behaviour))
+
+
+async def start_runtime(**grpc_settings) -> tuple[ServiceRuntime, ProbeTrainer]:
+    servicer = ProbeTrainer()
+    settings = GrpcSettings(**{"drain_seconds": 0.0, "grace_seconds": 1.0, **grpc_settings})
+    runtime = ServiceRuntime("probe", settings, [registration(servicer)])
+    await runtime.start()
+    return runtime, servicer
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    """Samples of the /metrics page keyed by (name, labels)."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def handled(samples, method: str, code: str) -> float:
+    labels = frozenset({"service": SERVICE_NAME, "method": method, "code": code}.items())
+    return samples.get(("etude_grpc_server_handled_total", labels), 0.0)
+
+
+async def check(channel: grpc.aio.Channel, service: str = "") -> str:
+    stub = health_pb2_grpc.HealthStub(channel)
+    reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
+async def test_health_is_serving_then_not_serving_while_draining():
+    runtime, _ = await start_runtime(drain_seconds=1.5)
+    async with grpc.aio.insecure_channel(runtime.address) as channel:
+        assert await check(channel) == "SERVING"
+        assert await check(channel, SERVICE_NAME) == "SERVING"
+        shutdown = runtime.request_shutdown()
+        await asyncio.sleep(0.2)
+        # Still answering, but telling probes to go away.
+        assert await check(channel) == "NOT_SERVING"
+        assert await check(channel, SERVICE_NAME) == "NOT_SERVING"
+        await shutdown
+    assert health_status(runtime.address, timeout=0.5) == "UNREACHABLE"
+
+
+async def test_reflection_lists_every_service():
+    runtime, _ = await start_runtime()
+    try:
+        async with grpc.aio.insecure_channel(runtime.address) as channel:
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            request = reflection_pb2.ServerReflectionRequest(list_services="")
+            async for reply in stub.ServerReflectionInfo(iter([request])):
+                names = {s.name for s in reply.list_services_response.service}
+                break
+        assert names == {
+            SERVICE_NAME,
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1alpha.ServerReflection",
+        }
+    finally:
+        await runtime.shutdown()
+
+
+async def test_metrics_endpoint_counts_calls_by_code():
+    runtime, _ = await start_runtime()
+    try:
+        before = scrape(runtime.metrics_url)
+        async with grpc.aio.insecure_channel(runtime.address) as channel:
+            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            for _ in range(3):
+                await stub.Status(status_request("ok"), timeout=5)
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await stub.Status(status_request("not-found"), timeout=5)
+            assert error.value.code() == grpc.StatusCode.NOT_FOUND
+        after = scrape(runtime.metrics_url)
+        assert handled(after, "Status", "OK") - handled(before, "Status", "OK") == 3
+        assert handled(after, "Status", "NOT_FOUND") - handled(before, "Status", "NOT_FOUND") == 1
+        count_key = (
+            "etude_grpc_server_handling_seconds_count",
+            frozenset({"service": SERVICE_NAME, "method": "Status"}.items()),
+        )
+        assert after[count_key] - before.get(count_key, 0.0) == 4
+    finally:
+        await runtime.shutdown()
+
+
+async def test_a_passed_deadline_is_deadline_exceeded_on_both_sides():
+    runtime, servicer = await start_runtime()
+    try:
+        before = scrape(runtime.metrics_url)
+        async with grpc.aio.insecure_channel(runtime.address) as channel:
+            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await stub.Status(status_request("sleep=5"), timeout=0.3)
+        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # The server cancels the handler at the deadline and records why.
+        for _ in range(50):
+            after = scrape(runtime.metrics_url)
+            if handled(after, "Status", "DEADLINE_EXCEEDED") > handled(
+                before, "Status", "DEADLINE_EXCEEDED"
+            ):
+                break
+            await asyncio.sleep(0.1)
+        assert handled(after, "Status", "DEADLINE_EXCEEDED") - handled(
+            before, "Status", "DEADLINE_EXCEEDED"
+        ) == 1
+    finally:
+        await runtime.shutdown()
+
+
+async def test_an_oversize_message_is_refused_and_the_server_lives_on():
+    runtime, _ = await start_runtime(max_message_bytes=4096)
+    try:
+        async with grpc.aio.insecure_channel(runtime.address) as channel:
+            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await stub.Status(status_request("x" * 10_000), timeout=5)
+            assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            reply = await stub.Status(status_request("ok"), timeout=5)
+            assert reply.run_id.value == "ok"
+    finally:
+        await runtime.shutdown()
+
+
+async def test_client_retries_unavailable_with_backoff():
+    runtime, servicer = await start_runtime()
+    settings = ClientSettings(max_attempts=4, initial_backoff_seconds=0.01)
+    try:
+        async with insecure_channel(runtime.address, settings) as channel:
+            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            reply = await stub.Status(status_request("fail=UNAVAILABLEx2"))
+            assert reply.step == 3  # two refused attempts, then the answer
+            # Codes that are not transient are not retried.
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await stub.Status(status_request("fail=INTERNALx2"))
+            assert error.value.code() == grpc.StatusCode.INTERNAL
+            assert servicer.calls["fail=INTERNALx2"] == 1
+    finally:
+        await runtime.shutdown()
+
+
+async def test_client_default_deadline_applies_without_a_timeout():
+    runtime, _ = await start_runtime()
+    settings = ClientSettings(timeout_seconds=0.3)
+    try:
+        async with insecure_channel(runtime.address, settings) as channel:
+            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await stub.Status(status_request("sleep=3"))
+            assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        await runtime.shutdown()
+
+
+@pytest.mark.integration
+def test_sigterm_drains_finishes_calls_in_flight_and_exits_cleanly(tmp_path):
+    port, metrics_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "ETUDE_GRPC__PORT": str(port),
+        "ETUDE_GRPC__METRICS_PORT": str(metrics_port),
+        "ETUDE_GRPC__DRAIN_SECONDS": "1.5",
+        "ETUDE_GRPC__GRACE_SECONDS": "5",
+    }
+    log = open(tmp_path / "probe.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.probe_service"],
+        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while health_status(address, timeout=0.5) != "SERVING":
+            assert proc.poll() is None, (tmp_path / "probe.log").read_text()
+            assert time.monotonic() < deadline, "service never became healthy"
+            time.sleep(0.1)
+        with grpc.insecure_channel(address) as channel:
+            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            in_flight = stub.Status.future(status_request("sleep=1.0"), timeout=10)
+            time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            assert health_status(address) == "NOT_SERVING"
+            assert in_flight.result().run_id.value == "sleep=1.0"
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
