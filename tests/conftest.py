@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import redis
-
 from etude.common.redis_server import RedisServer
 
 

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
-
 from etude.common.net import free_port
-from etude.common.processes import spawn, terminate
+from etude.common.processes import log_tail, spawn, terminate
 
 
 class RedisNotFoundError(RuntimeError):
@@ -92,7 +91,7 @@ class RedisServer:
                 return self
             if fixed_port:
                 break
-        raise RuntimeError(f"redis-server did not start; its log says:\n{self._log_tail()}")
+        raise RuntimeError(f"redis-server did not start; its log says:\n{log_tail(self.log_path)}")
 
     def _wait_ready(self) -> bool:
         assert self.process is not None
@@ -113,12 +112,6 @@ class RedisServer:
             return False
         finally:
             client.close()
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
 
     @property
     def pid(self) -> int | None:

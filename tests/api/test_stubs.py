@@ -40,4 +40,6 @@ def test_a_changed_proto_is_detected(tmp_path, monkeypatch):
     monkeypatch.setattr(codegen, "PROTO_ROOT", proto_copy)
     out = tmp_path / "out"
     codegen.generate(out)
-    assert not filecmp.cmp(out / "reward_pb2.py", codegen.STUBS_DIR / "reward_pb2.py", shallow=False)
+    assert not filecmp.cmp(
+        out / "reward_pb2.py", codegen.STUBS_DIR / "reward_pb2.py", shallow=False
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -13,15 +12,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
-
 from etude.api.v1 import common_pb2, trainer_pb2, trainer_pb2_grpc
 from etude.common.grpc_client import health_status, insecure_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.net import free_port
+from etude.common.processes import spawn
 from etude.common.settings import ClientSettings, GrpcSettings
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.support.probe_service import SERVICE_NAME, ProbeTrainer, registration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +117,7 @@ async def test_metrics_endpoint_counts_calls_by_code():
 
 
 async def test_a_passed_deadline_is_deadline_exceeded_on_both_sides():
-    runtime, servicer = await start_runtime()
+    runtime, _ = await start_runtime()
     try:
         before = scrape(runtime.metrics_url)
         async with grpc.aio.insecure_channel(runtime.address) as channel:
@@ -133,9 +133,11 @@ async def test_a_passed_deadline_is_deadline_exceeded_on_both_sides():
             ):
                 break
             await asyncio.sleep(0.1)
-        assert handled(after, "Status", "DEADLINE_EXCEEDED") - handled(
-            before, "Status", "DEADLINE_EXCEEDED"
-        ) == 1
+        assert (
+            handled(after, "Status", "DEADLINE_EXCEEDED")
+            - handled(before, "Status", "DEADLINE_EXCEEDED")
+            == 1
+        )
     finally:
         await runtime.shutdown()
 
@@ -194,11 +196,8 @@ def test_sigterm_drains_finishes_calls_in_flight_and_exits_cleanly(tmp_path):
         "ETUDE_GRPC__DRAIN_SECONDS": "1.5",
         "ETUDE_GRPC__GRACE_SECONDS": "5",
     }
-    log = open(tmp_path / "probe.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.probe_service"],
-        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    argv = [sys.executable, "-m", "tests.support.probe_service"]
+    proc = spawn(argv, log_path=tmp_path / "probe.log", env=env, cwd=REPO_ROOT)
     address = f"127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -218,4 +217,3 @@ def test_sigterm_drains_finishes_calls_in_flight_and_exits_cleanly(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-        log.close()

@@ -6,10 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
-
 from etude.common.ids import new_id
 from etude.common.settings import EtudeSettings
+from pydantic import ValidationError
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
 ENV_READ = re.compile(r"os\.environ\s*\[|os\.environ\.get|os\.getenv|environ\.get\(")
@@ -28,7 +27,7 @@ def test_nested_variables_override_defaults(monkeypatch):
 
 def test_invalid_values_are_rejected_with_the_field_named(monkeypatch):
     monkeypatch.setenv("ETUDE_GRPC__PORT", "70000")
-    with pytest.raises(ValidationError, match="grpc.port"):
+    with pytest.raises(ValidationError, match=r"grpc\.port"):
         EtudeSettings()
 
 

@@ -11,7 +11,6 @@ import asyncio
 from collections import Counter
 
 import grpc
-
 from etude.api.v1 import common_pb2, trainer_pb2, trainer_pb2_grpc
 from etude.common.grpc_server import Registration, run_service
 from etude.common.settings import EtudeSettings

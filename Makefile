@@ -1,0 +1,43 @@
+# Étude — `make run` starts the local stack and checks it end to end; `make test` runs the suite.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv proto run up test lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)  ## Create .venv and install Étude with its dev tools.
+
+proto: $(STAMP)  ## Regenerate the gRPC stubs in services/api/v1 from proto/.
+	$(BIN)/python -m etude.api.codegen
+
+run: $(STAMP)  ## Start the local stack, check every part end to end, stop it.
+	$(BIN)/etude up --smoke
+
+up: $(STAMP)  ## Start the local stack and keep it running (Ctrl-C stops it).
+	$(BIN)/etude up
+
+test: $(STAMP)  ## The whole default test suite (GPU and cluster tests skip themselves).
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(STAMP)  ## Every benchmark in full; JSON results land in bench-results/.
+	mkdir -p bench-results
+	$(BIN)/python loadtests/queue_throughput.py --json bench-results/queue_throughput.json
+
+clean:
+	rm -rf $(VENV) .etude bench-results .pytest_cache .ruff_cache

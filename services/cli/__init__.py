@@ -1,0 +1,5 @@
+"""The `etude` command line."""
+
+from etude.cli.app import app
+
+__all__ = ["app"]

@@ -1,0 +1,3 @@
+from etude.cli.app import app
+
+app()

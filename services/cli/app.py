@@ -1,0 +1,150 @@
+"""`etude`: the command line.
+
+etude up             start the local stack and keep it running until Ctrl-C / SIGTERM
+etude up --smoke     start it, check every part end to end, stop it
+etude status         each component's address, metrics URL and health (--json)
+etude version
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
+from etude.cli.status import StackStatus, read_status
+from etude.common.logging import configure_logging
+from etude.common.settings import EtudeSettings, get_settings
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    name="etude",
+    help="Étude: reinforcement learning for coding agents.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console(stderr=True)
+
+RunDirOption = Annotated[
+    Path | None,
+    typer.Option("--run-dir", help="Where Redis data, logs and the state file go."),
+]
+
+
+def _settings(run_dir: Path | None) -> EtudeSettings:
+    settings = get_settings()
+    if run_dir is not None:
+        stack = settings.stack.model_copy(update={"run_dir": run_dir})
+        settings = settings.model_copy(update={"stack": stack})
+    return settings
+
+
+class _StopRequested(Exception):
+    pass
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    raise _StopRequested(signal.Signals(signum).name)
+
+
+@app.command()
+def up(
+    run_dir: RunDirOption = None,
+    smoke: Annotated[
+        bool, typer.Option("--smoke", help="Start, run the end-to-end check, then stop.")
+    ] = False,
+) -> None:
+    """Start Redis and every service on loopback; stop them all on Ctrl-C or SIGTERM."""
+    settings = _settings(run_dir)
+    configure_logging(settings.log)
+    existing = read_status(settings.stack.run_dir.resolve())
+    if existing is not None and existing.supervisor_alive:
+        console.print(
+            f"[red]A stack is already running in {existing.run_dir} "
+            f"(pid {existing.supervisor_pid}).[/] Stop it, or pass another --run-dir."
+        )
+        raise typer.Exit(1)
+
+    stack = LocalStack(settings, tuple(ServiceSpec.module(n) for n in LOCAL_SERVICES))
+    # A signal at any point, even during start-up, unwinds through `stack.stop()`.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_stop)
+    try:
+        exit_code = _run_stack(stack, settings, smoke)
+    except _StopRequested as stop:
+        console.print(f"{stop.args[0]}: stopping…")
+        exit_code = 0
+    except StackError as error:
+        console.print(f"[red]{error}[/]")
+        exit_code = 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # let the shutdown finish
+        stack.stop()
+        console.print("Stopped.")
+    raise typer.Exit(exit_code)
+
+
+def _run_stack(stack: LocalStack, settings: EtudeSettings, smoke: bool) -> int:
+    with console.status("Starting the local stack…"):
+        stack.start()
+    status = read_status(stack.run_dir)
+    assert status is not None
+    _print_status(status)
+    if smoke:
+        from etude.cli.smoke import run_smoke
+
+        return 0 if run_smoke(settings, status, console) else 1
+    console.print("[green]Ready.[/] Ctrl-C stops everything.")
+    while True:
+        time.sleep(0.5)
+        dead = stack.exited()
+        if dead:
+            names = ", ".join(f"{name} (exit {code})" for name, code in dead)
+            console.print(f"[red]Stopped unexpectedly: {names}.[/] Taking the stack down.")
+            return 1
+
+
+@app.command()
+def status(
+    run_dir: RunDirOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Report the local stack: each component's address, metrics URL and health."""
+    settings = _settings(run_dir)
+    current = read_status(settings.stack.run_dir.resolve())
+    if current is None or not current.supervisor_alive:
+        if as_json:
+            print(json.dumps({"running": False, "services": []}))
+        else:
+            console.print("No local stack is running here. Start one with `etude up`.")
+        raise typer.Exit(1)
+    if as_json:
+        print(json.dumps({"running": True, **current.as_dict()}, indent=2))
+    else:
+        _print_status(current)
+    raise typer.Exit(0 if current.healthy else 2)
+
+
+@app.command()
+def version() -> None:
+    """Print the installed version."""
+    print(f"etude {package_version('etude')} (python {sys.version.split()[0]})")
+
+
+def _print_status(status: StackStatus) -> None:
+    table = Table(title=f"Étude local stack — {status.run_dir}")
+    for column in ("service", "gRPC / address", "metrics", "health", "pid"):
+        table.add_column(column)
+    for c in status.components:
+        colour = "green" if c.health == "SERVING" else "red"
+        pid = str(c.pid) if c.alive else f"{c.pid} (gone)"
+        table.add_row(c.name, c.address, c.metrics_url or "—", f"[{colour}]{c.health}[/]", pid)
+    Console().print(table)

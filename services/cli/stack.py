@@ -1,0 +1,172 @@
+"""The local stack: a real redis-server and every service as its own process on loopback.
+
+`LocalStack.start()` brings them up in order and waits until each answers: Redis a PING,
+a service a gRPC health check reporting SERVING. The addresses go into a state file in the
+run directory for `etude status`. `stop()` takes everything down in reverse order; every
+child is also bound to die with its parent, so even a killed `etude up` leaves no orphan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from subprocess import Popen
+
+from etude.common.grpc_client import health_status
+from etude.common.net import free_port
+from etude.common.processes import log_tail, spawn, terminate
+from etude.common.redis_server import RedisServer, find_redis_server
+from etude.common.settings import EtudeSettings
+
+STATE_FILE = "stack.json"
+
+# Services `etude up` starts, in dependency order; each runs as `python -m etude.<name>`.
+# A service joins this list when it exists.
+LOCAL_SERVICES: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    name: str
+    argv: tuple[str, ...]
+
+    @classmethod
+    def module(cls, name: str) -> ServiceSpec:
+        return cls(name, (sys.executable, "-m", f"etude.{name}"))
+
+
+@dataclass(slots=True)
+class Component:
+    """One running part of the stack, as the state file records it."""
+
+    name: str
+    kind: str  # "redis" or "grpc"
+    address: str
+    pid: int
+    log: str
+    metrics_url: str | None = None
+
+
+@dataclass(slots=True)
+class StackState:
+    supervisor_pid: int
+    run_dir: str
+    redis_url: str
+    components: list[Component] = field(default_factory=list)
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)  # readers never see half a file
+
+    @classmethod
+    def read(cls, path: Path) -> StackState:
+        data = json.loads(path.read_text())
+        components = [Component(**c) for c in data.pop("components")]
+        return cls(components=components, **data)
+
+
+class StackError(RuntimeError):
+    pass
+
+
+class LocalStack:
+    def __init__(self, settings: EtudeSettings, services: tuple[ServiceSpec, ...]) -> None:
+        self.settings = settings
+        self.services = services
+        self.run_dir = settings.stack.run_dir.resolve()
+        self.redis: RedisServer | None = None
+        self.processes: dict[str, Popen[bytes]] = {}
+        self.state: StackState | None = None
+
+    @property
+    def state_path(self) -> Path:
+        return self.run_dir / STATE_FILE
+
+    def start(self) -> StackState:
+        """Start Redis and every service; raise StackError (after cleaning up) on failure."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        host = self.settings.stack.host
+        try:
+            self.redis = RedisServer(
+                data_dir=self.run_dir / "redis",
+                host=host,
+                appendfsync=self.settings.stack.redis_appendfsync,
+                binary=find_redis_server(self.settings.stack.redis_server),
+                ready_timeout=self.settings.stack.ready_timeout_seconds,
+            ).start()
+            self.state = StackState(os.getpid(), str(self.run_dir), self.redis.url)
+            self.state.components.append(
+                Component(
+                    "redis",
+                    "redis",
+                    f"{host}:{self.redis.port}",
+                    self.redis.pid or 0,
+                    str(self.redis.log_path),
+                )
+            )
+            for spec in self.services:
+                self.state.components.append(self._start_service(spec))
+                self.state.write(self.state_path)
+            self.state.write(self.state_path)
+            return self.state
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_service(self, spec: ServiceSpec) -> Component:
+        host = self.settings.stack.host
+        log_path = self.run_dir / "logs" / f"{spec.name}.log"
+        for _attempt in range(3):
+            port, metrics_port = free_port(host), free_port(host)
+            env = {
+                **os.environ,
+                "ETUDE_GRPC__HOST": host,
+                "ETUDE_GRPC__PORT": str(port),
+                "ETUDE_GRPC__METRICS_PORT": str(metrics_port),
+                "ETUDE_REDIS__URL": self.redis.url if self.redis else "",
+            }
+            proc = spawn(spec.argv, log_path=log_path, env=env)
+            self.processes[spec.name] = proc
+            address = f"{host}:{port}"
+            if self._wait_serving(proc, address):
+                return Component(
+                    spec.name, "grpc", address, proc.pid, str(log_path),
+                    metrics_url=f"http://{host}:{metrics_port}/metrics",
+                )
+            terminate(proc, timeout=2)  # exited early (a port race) or never got healthy
+        raise StackError(f"{spec.name} did not become healthy; its log says:\n{log_tail(log_path)}")
+
+    def _wait_serving(self, proc: Popen[bytes], address: str) -> bool:
+        deadline = time.monotonic() + self.settings.stack.ready_timeout_seconds
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return False
+            if health_status(address, timeout=0.5) == "SERVING":
+                return True
+            time.sleep(0.1)
+        return False
+
+    def exited(self) -> list[tuple[str, int]]:
+        """Components that died on their own, with their exit codes."""
+        dead = [(n, p.returncode) for n, p in self.processes.items() if p.poll() is not None]
+        if self.redis and self.redis.process and self.redis.process.poll() is not None:
+            dead.append(("redis", self.redis.process.returncode))
+        return dead
+
+    def stop(self) -> None:
+        """Services in reverse start order, then Redis (which flushes its AOF)."""
+        timeout = self.settings.stack.stop_timeout_seconds
+        for _name, proc in reversed(self.processes.items()):
+            terminate(proc, timeout)
+        self.processes.clear()
+        if self.redis is not None:
+            self.redis.stop(timeout)
+            self.redis = None
+        if self.state is not None and self.state.supervisor_pid == os.getpid():
+            self.state_path.unlink(missing_ok=True)
+        self.state = None

@@ -1,0 +1,74 @@
+"""What `etude status` reports: each component of the local stack and its health."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import redis
+from etude.cli.stack import STATE_FILE, StackState
+from etude.common.grpc_client import health_status
+from etude.common.processes import pid_alive
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentStatus:
+    name: str
+    address: str
+    metrics_url: str | None
+    health: str  # SERVING, NOT_SERVING, UNREACHABLE, ...
+    pid: int
+    alive: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class StackStatus:
+    run_dir: str
+    supervisor_pid: int
+    supervisor_alive: bool
+    components: list[ComponentStatus]
+
+    @property
+    def healthy(self) -> bool:
+        return self.supervisor_alive and all(c.health == "SERVING" for c in self.components)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "run_dir": self.run_dir,
+            "supervisor_pid": self.supervisor_pid,
+            "supervisor_alive": self.supervisor_alive,
+            "healthy": self.healthy,
+            "services": [c.as_dict() for c in self.components],
+        }
+
+
+def redis_health(url: str) -> str:
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        return "SERVING" if client.ping() else "NOT_SERVING"
+    except redis.exceptions.BusyLoadingError:
+        return "NOT_SERVING"  # replaying its AOF
+    except redis.exceptions.RedisError:
+        return "UNREACHABLE"
+    finally:
+        client.close()
+
+
+def read_status(run_dir: Path) -> StackStatus | None:
+    """The stack recorded in `run_dir`, probed now; None when no stack was started there."""
+    path = run_dir / STATE_FILE
+    if not path.is_file():
+        return None
+    state = StackState.read(path)
+    components = []
+    for c in state.components:
+        health = redis_health(state.redis_url) if c.kind == "redis" else health_status(c.address)
+        components.append(
+            ComponentStatus(c.name, c.address, c.metrics_url, health, c.pid, pid_alive(c.pid))
+        )
+    return StackStatus(
+        state.run_dir, state.supervisor_pid, pid_alive(state.supervisor_pid), components
+    )
