@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import redis
+
 from etude.common.redis_server import RedisServer
 
 

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
 from etude.cli.status import StackStatus, read_status
 from etude.common.logging import configure_logging
 from etude.common.settings import EtudeSettings, get_settings
-from rich.console import Console
-from rich.table import Table
 
 app = typer.Typer(
     name="etude",

@@ -135,7 +135,11 @@ class LocalStack:
             address = f"{host}:{port}"
             if self._wait_serving(proc, address):
                 return Component(
-                    spec.name, "grpc", address, proc.pid, str(log_path),
+                    spec.name,
+                    "grpc",
+                    address,
+                    proc.pid,
+                    str(log_path),
                     metrics_url=f"http://{host}:{metrics_port}/metrics",
                 )
             terminate(proc, timeout=2)  # exited early (a port race) or never got healthy

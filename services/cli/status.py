@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import redis
+
 from etude.cli.stack import STATE_FILE, StackState
 from etude.common.grpc_client import health_status
 from etude.common.processes import pid_alive
@@ -29,6 +30,7 @@ class StackStatus:
     run_dir: str
     supervisor_pid: int
     supervisor_alive: bool
+    redis_url: str
     components: list[ComponentStatus]
 
     @property
@@ -40,6 +42,7 @@ class StackStatus:
             "run_dir": self.run_dir,
             "supervisor_pid": self.supervisor_pid,
             "supervisor_alive": self.supervisor_alive,
+            "redis_url": self.redis_url,
             "healthy": self.healthy,
             "services": [c.as_dict() for c in self.components],
         }
@@ -70,5 +73,9 @@ def read_status(run_dir: Path) -> StackStatus | None:
             ComponentStatus(c.name, c.address, c.metrics_url, health, c.pid, pid_alive(c.pid))
         )
     return StackStatus(
-        state.run_dir, state.supervisor_pid, pid_alive(state.supervisor_pid), components
+        state.run_dir,
+        state.supervisor_pid,
+        pid_alive(state.supervisor_pid),
+        state.redis_url,
+        components,
     )

@@ -12,10 +12,11 @@ import json
 from collections.abc import Sequence
 
 import grpc
-from etude.common.grpc_server import message_size_options
-from etude.common.settings import ClientSettings
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from etude.common.grpc_server import message_size_options
+from etude.common.settings import ClientSettings
 
 RETRYABLE_CODES = ("UNAVAILABLE",)
 

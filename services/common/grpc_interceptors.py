@@ -8,8 +8,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 import grpc
-from etude.common.metrics import GRPC_HANDLED, GRPC_HANDLING_SECONDS, GRPC_IN_FLIGHT
 from grpc import aio
+
+from etude.common.metrics import GRPC_HANDLED, GRPC_HANDLING_SECONDS, GRPC_IN_FLIGHT
 
 
 def split_method(full_method: str) -> tuple[str, str]:

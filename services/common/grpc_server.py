@@ -19,13 +19,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
 from etude.common.grpc_interceptors import MetricsInterceptor
 from etude.common.logging import configure_logging, log_fields
 from etude.common.metrics import MetricsEndpoint, start_metrics_endpoint
 from etude.common.settings import EtudeSettings, GrpcSettings, get_settings
-from grpc import aio
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 log = logging.getLogger(__name__)
 

@@ -36,29 +36,6 @@ GRPC_IN_FLIGHT = Gauge(
     ["service"],
 )
 
-QUEUE_DEPTH = Gauge(
-    "etude_queue_depth", "Entries in a work stream not yet acknowledged.", ["stream"]
-)
-QUEUE_LAG = Gauge("etude_queue_lag", "Entries never delivered to any consumer.", ["stream"])
-QUEUE_PENDING = Gauge(
-    "etude_queue_pending", "Entries delivered to a consumer and not yet acknowledged.", ["stream"]
-)
-QUEUE_DEAD = Gauge("etude_queue_dead_letters", "Entries in the dead-letter stream.", ["stream"])
-QUEUE_OLDEST_PENDING_SECONDS = Gauge(
-    "etude_queue_oldest_pending_idle_seconds",
-    "Idle time of the longest-waiting delivered entry.",
-    ["stream"],
-)
-
-
-def export_queue_stats(stream: str, stats: object) -> None:
-    """Copy a `QueueStats` snapshot into the queue gauges."""
-    QUEUE_DEPTH.labels(stream).set(stats.depth)
-    QUEUE_LAG.labels(stream).set(stats.lag)
-    QUEUE_PENDING.labels(stream).set(stats.pending)
-    QUEUE_DEAD.labels(stream).set(stats.dead)
-    QUEUE_OLDEST_PENDING_SECONDS.labels(stream).set(stats.oldest_pending_idle_seconds)
-
 
 @dataclass
 class MetricsEndpoint:

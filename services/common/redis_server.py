@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+
 from etude.common.net import free_port
 from etude.common.processes import log_tail, spawn, terminate
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from etude.cli.smoke import component_checks
 from etude.cli.stack import LocalStack, ServiceSpec, StackError
 from etude.cli.status import read_status
 from etude.common.processes import pid_alive, spawn
@@ -159,5 +160,30 @@ def test_environment_is_passed_to_services(tmp_path, monkeypatch):
         stack.start()
         status = read_status(tmp_path)
         assert status is not None and status.healthy
+    finally:
+        stack.stop()
+
+
+def test_up_smoke_checks_the_stack_end_to_end_then_stops(tmp_path):
+    result = etude("up", "--smoke", run_dir=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "queue put → get → ack" in result.stdout
+    assert "FAILED" not in result.stdout
+    assert "Smoke check passed." in result.stderr
+    assert not (tmp_path / "stack.json").exists()
+
+
+def test_smoke_checks_cover_every_service_and_catch_a_sick_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    stack = _stack(tmp_path, PROBE)
+    try:
+        stack.start()
+        status = read_status(tmp_path)
+        checks = {c.name: c.ok for c in component_checks(status)}
+        assert checks == {"redis health": True, "probe health": True, "probe /metrics": True}
+        stack.processes["probe"].kill()
+        stack.processes["probe"].wait()
+        checks = {c.name: c.ok for c in component_checks(read_status(tmp_path))}
+        assert checks["probe health"] is False and checks["probe /metrics"] is False
     finally:
         stack.stop()

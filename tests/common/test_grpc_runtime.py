@@ -12,16 +12,16 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
 from etude.api.v1 import common_pb2, trainer_pb2, trainer_pb2_grpc
 from etude.common.grpc_client import health_status, insecure_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.net import free_port
 from etude.common.processes import spawn
 from etude.common.settings import ClientSettings, GrpcSettings
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.support.probe_service import SERVICE_NAME, ProbeTrainer, registration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -193,7 +193,7 @@ def test_sigterm_drains_finishes_calls_in_flight_and_exits_cleanly(tmp_path):
         **os.environ,
         "ETUDE_GRPC__PORT": str(port),
         "ETUDE_GRPC__METRICS_PORT": str(metrics_port),
-        "ETUDE_GRPC__DRAIN_SECONDS": "1.5",
+        "ETUDE_GRPC__DRAIN_SECONDS": "3",
         "ETUDE_GRPC__GRACE_SECONDS": "5",
     }
     argv = [sys.executable, "-m", "tests.support.probe_service"]
@@ -207,12 +207,16 @@ def test_sigterm_drains_finishes_calls_in_flight_and_exits_cleanly(tmp_path):
             time.sleep(0.1)
         with grpc.insecure_channel(address) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
-            in_flight = stub.Status.future(status_request("sleep=1.0"), timeout=10)
-            time.sleep(0.2)
-            proc.send_signal(signal.SIGTERM)
+            in_flight = stub.Status.future(status_request("sleep=2.0"), timeout=20)
             time.sleep(0.3)
-            assert health_status(address) == "NOT_SERVING"
-            assert in_flight.result().run_id.value == "sleep=1.0"
+            proc.send_signal(signal.SIGTERM)
+            # Within the drain window the server still answers, saying it is going away.
+            statuses = []
+            while len(statuses) < 50 and "NOT_SERVING" not in statuses:
+                statuses.append(health_status(address))
+                time.sleep(0.05)
+            assert "NOT_SERVING" in statuses, statuses
+            assert in_flight.result().run_id.value == "sleep=2.0"
         assert proc.wait(timeout=20) == 0
     finally:
         if proc.poll() is None:

@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+
 from etude.common.ids import new_id
 from etude.common.settings import EtudeSettings, reference_markdown
-from pydantic import ValidationError
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
 ENV_READ = re.compile(r"os\.environ\s*\[|os\.environ\.get|os\.getenv|environ\.get\(")

@@ -11,6 +11,7 @@ import asyncio
 from collections import Counter
 
 import grpc
+
 from etude.api.v1 import common_pb2, trainer_pb2, trainer_pb2_grpc
 from etude.common.grpc_server import Registration, run_service
 from etude.common.settings import EtudeSettings

@@ -1,0 +1,242 @@
+"""Work-queue throughput: full put → get → ack cycles through `WorkQueue`, against the
+raw XADD rate `redis-benchmark` reaches on the same server in the same run.
+
+Why the comparison: an absolute entries/s figure says little without the machine, so the
+run also measures what Redis itself sustains for plain 1 KB XADDs (50 clients, pipeline
+16). The ratio of the two is the share of Redis's raw append rate that the queue delivers
+as completed work, each entry costing an XADD, a read through the consumer group, and an
+XACK + XDEL — a figure that stays comparable across machines.
+
+    python loadtests/queue_throughput.py              # full run, median of 3 repeats
+    python loadtests/queue_throughput.py --quick      # under a minute
+    python loadtests/queue_throughput.py --json out.json --redis-url redis://host:6379/0
+
+Without `--redis-url` it starts its own redis-server (AOF on, appendfsync everysec, as the
+local stack runs it) in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import io
+import json
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import redis
+import redis.asyncio as aioredis
+from rich.console import Console
+from rich.table import Table
+
+from etude.common.payloads import Payload, encode
+from etude.common.queue import WorkQueue
+from etude.common.redis_server import RedisServer, find_redis_server
+from etude.common.settings import QueueSettings
+
+
+class Blob(Payload, tag="loadtest.blob.v1"):
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Plan:
+    repeats: int
+    entries_1k: int
+    entries_16k: int
+    batch: int
+    benchmark_requests: int
+
+
+FULL = Plan(
+    repeats=3, entries_1k=100_000, entries_16k=20_000, batch=256, benchmark_requests=200_000
+)
+QUICK = Plan(repeats=1, entries_1k=20_000, entries_16k=4_000, batch=256, benchmark_requests=50_000)
+
+
+@dataclass(frozen=True)
+class QueueRun:
+    payload_bytes: int
+    entries: int
+    seconds: float
+
+    @property
+    def entries_per_s(self) -> float:
+        return self.entries / self.seconds
+
+
+def blob_of_encoded_size(size: int) -> Blob:
+    """A payload whose msgpack encoding is `size` bytes, so '1 KB' means 1 KB on the wire."""
+    first_guess = Blob(data=b"x" * (size - len(encode(Blob(data=b"")))))
+    # msgpack's length prefix grows with the data, so correct the guess once.
+    return Blob(data=b"x" * (len(first_guess.data) + size - len(encode(first_guess))))
+
+
+async def cycle(queue: WorkQueue, blob: Blob, count: int) -> None:
+    await queue.put_many([blob] * count)
+    done = 0
+    while done < count:
+        deliveries = await queue.get(count=count - done, block_ms=1000)
+        await queue.ack(*(delivery.entry_id for delivery in deliveries))
+        done += len(deliveries)
+
+
+async def measure_queue(url: str, size: int, entries: int, batch: int) -> QueueRun:
+    client = aioredis.Redis.from_url(url, socket_timeout=30)
+    stream = f"etude:bench:{uuid.uuid4().hex[:8]}"
+    queue = WorkQueue(client, stream, "bench", "bench-1", (Blob,), QueueSettings())
+    try:
+        await queue.ensure_group()
+        blob = blob_of_encoded_size(size)
+        await cycle(queue, blob, batch)  # warm-up: connections, scripts
+        started = time.perf_counter()
+        for first in range(0, entries, batch):
+            await cycle(queue, blob, min(batch, entries - first))
+        seconds = time.perf_counter() - started
+        stats = await queue.stats()
+        if (stats.depth, stats.pending, stats.dead) != (0, 0, 0):
+            raise RuntimeError(f"queue not drained after the run: {stats}")
+        return QueueRun(payload_bytes=size, entries=entries, seconds=seconds)
+    finally:
+        await client.delete(stream, queue.dead_stream)
+        await client.aclose()
+
+
+def find_redis_benchmark() -> Path | None:
+    on_path = shutil.which("redis-benchmark")
+    if on_path:
+        return Path(on_path)
+    beside_server = find_redis_server().with_name("redis-benchmark")
+    return beside_server if beside_server.is_file() else None
+
+
+def run_redis_benchmark(binary: Path, url: str, requests: int) -> float:
+    """Requests/s of `XADD <stream> * payload <1 KB>`, pipelined 16 deep."""
+    where = urlparse(url)
+    stream = f"etude:bench:raw:{uuid.uuid4().hex[:8]}"
+    argv = [str(binary), "-h", where.hostname or "127.0.0.1", "-p", str(where.port or 6379)]
+    if where.password:
+        argv += ["-a", where.password]
+    argv += ["-n", str(requests), "-P", "16", "-q", "--csv", "XADD", stream, "*", "payload"]
+    argv.append("x" * 1024)
+    output = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600)
+    _delete_sync(url, stream)
+    return parse_benchmark_csv(output.stdout)
+
+
+def parse_benchmark_csv(text: str) -> float:
+    """The rps column of redis-benchmark's CSV (7.x has a header row, 6.x does not)."""
+    rows = [row for row in csv.reader(io.StringIO(text)) if len(row) >= 2]
+    values = [row[1] for row in rows if row[0] != "test"]
+    if not values:
+        raise RuntimeError(f"no requests/s in redis-benchmark output:\n{text}")
+    return float(values[-1])
+
+
+def _delete_sync(url: str, key: str) -> None:
+    with redis.Redis.from_url(url) as client:
+        client.delete(key)
+
+
+def _redis_version(url: str) -> str:
+    with redis.Redis.from_url(url) as client:
+        return str(client.info("server")["redis_version"])
+
+
+def median_run(runs: list[QueueRun]) -> QueueRun:
+    return sorted(runs, key=lambda run: run.entries_per_s)[len(runs) // 2]
+
+
+async def measure_all(url: str, plan: Plan) -> dict[int, list[QueueRun]]:
+    sizes = {1024: plan.entries_1k, 16 * 1024: plan.entries_16k}
+    runs: dict[int, list[QueueRun]] = {size: [] for size in sizes}
+    for _repeat in range(plan.repeats):
+        for size, entries in sizes.items():
+            runs[size].append(await measure_queue(url, size, entries, plan.batch))
+    return runs
+
+
+def report(url: str, plan: Plan, quick: bool) -> dict:
+    runs = asyncio.run(measure_all(url, plan))
+    one_k, sixteen_k = median_run(runs[1024]), median_run(runs[16 * 1024])
+    metrics: dict[str, dict] = {
+        "queue_entries_per_s_1k": {"value": round(one_k.entries_per_s), "unit": "entries/s"},
+        "queue_entries_per_s_16k": {"value": round(sixteen_k.entries_per_s), "unit": "entries/s"},
+    }
+    benchmark = find_redis_benchmark()
+    baselines = []
+    if benchmark is not None:
+        for _repeat in range(plan.repeats):
+            baselines.append(run_redis_benchmark(benchmark, url, plan.benchmark_requests))
+        baseline = statistics.median(baselines)
+        metrics["queue_vs_redis_benchmark_ratio"] = {
+            "value": round(one_k.entries_per_s / baseline, 4),
+            "unit": "ratio",
+            "baseline": round(baseline),
+        }
+    return {
+        "benchmark": "queue_throughput",
+        "metrics": metrics,
+        "notes": [] if benchmark else ["redis-benchmark not found: ratio omitted"],
+        "redis_version": _redis_version(url),
+        "quick": quick,
+        "plan": asdict(plan),
+        "redis_benchmark": str(benchmark) if benchmark else None,
+        "redis_benchmark_xadd_per_s_runs": [round(value) for value in baselines],
+        "queue_runs": {
+            str(size): [{"entries": r.entries, "seconds": round(r.seconds, 3)} for r in size_runs]
+            for size, size_runs in runs.items()
+        },
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def print_table(result: dict) -> None:
+    metrics = result["metrics"]
+    table = Table(title="work queue throughput (put + get + ack, pipelined)")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    for name in ("queue_entries_per_s_1k", "queue_entries_per_s_16k"):
+        table.add_row(name, f"{metrics[name]['value']:,}", metrics[name]["unit"])
+    ratio = metrics.get("queue_vs_redis_benchmark_ratio")
+    if ratio is None:
+        table.add_row("redis-benchmark XADD 1 KB", "not run", "redis-benchmark not found")
+        table.add_row("queue_vs_redis_benchmark_ratio", "omitted", "no baseline")
+    else:
+        table.add_row("redis-benchmark XADD 1 KB", f"{ratio['baseline']:,}", "requests/s")
+        table.add_row("queue_vs_redis_benchmark_ratio", f"{ratio['value']:.4f}", "ratio")
+    Console().print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller run, under a minute")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--redis-url", help="an existing Redis (default: start one)")
+    args = parser.parse_args()
+    plan = QUICK if args.quick else FULL
+    if args.redis_url:
+        result = report(args.redis_url, plan, args.quick)
+    else:
+        with tempfile.TemporaryDirectory(prefix="etude-bench-") as data_dir:
+            server = RedisServer(data_dir=Path(data_dir)).start()
+            try:
+                result = report(server.url, plan, args.quick)
+            finally:
+                server.stop()
+    print_table(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
