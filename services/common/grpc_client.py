@@ -9,7 +9,6 @@ unless the caller passes its own `timeout=`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 import grpc
 from grpc import aio
@@ -61,13 +60,6 @@ def insecure_channel(
     return aio.insecure_channel(target, options=channel_options(settings, max_message_bytes))
 
 
-def blocking_channel(
-    target: str, settings: ClientSettings, max_message_bytes: int = 64 * 1024 * 1024
-) -> grpc.Channel:
-    """The synchronous twin of `insecure_channel`, for CLIs and scripts."""
-    return grpc.insecure_channel(target, options=channel_options(settings, max_message_bytes))
-
-
 def health_status(target: str, service: str = "", timeout: float = 2.0) -> str:
     """`SERVING`, `NOT_SERVING`, `SERVICE_UNKNOWN`, or `UNREACHABLE` (a synchronous probe)."""
     with grpc.insecure_channel(target) as channel:
@@ -80,6 +72,3 @@ def health_status(target: str, service: str = "", timeout: float = 2.0) -> str:
             return "UNREACHABLE"
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
-
-def all_serving(targets: Sequence[str], timeout: float = 2.0) -> bool:
-    return all(health_status(t, timeout=timeout) == "SERVING" for t in targets)

