@@ -71,4 +71,3 @@ def health_status(target: str, service: str = "", timeout: float = 2.0) -> str:
                 return "SERVICE_UNKNOWN"
             return "UNREACHABLE"
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-
