@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 import grpc
 from grpc import aio
@@ -35,6 +36,22 @@ def _final_code(context: aio.ServicerContext, error: BaseException | None) -> gr
     return grpc.StatusCode.OK
 
 
+@contextmanager
+def _observed(service: str, method: str, context: aio.ServicerContext) -> Iterator[None]:
+    """Counts and times one call, whichever way it ends."""
+    GRPC_IN_FLIGHT.labels(service).inc()
+    start, error = time.perf_counter(), None
+    try:
+        yield
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        GRPC_IN_FLIGHT.labels(service).dec()
+        GRPC_HANDLING_SECONDS.labels(service, method).observe(time.perf_counter() - start)
+        GRPC_HANDLED.labels(service, method, _final_code(context, error).name).inc()
+
+
 class MetricsInterceptor(aio.ServerInterceptor):
     """Counts calls by (service, method, code) and times them, streaming calls included."""
 
@@ -47,24 +64,27 @@ class MetricsInterceptor(aio.ServerInterceptor):
         if handler is None:
             return None  # unknown method: gRPC answers UNIMPLEMENTED itself
         service, method = split_method(handler_call_details.method)
-
-        def observed(context: aio.ServicerContext, error: BaseException | None, start: float):
-            GRPC_IN_FLIGHT.labels(service).dec()
-            GRPC_HANDLING_SECONDS.labels(service, method).observe(time.perf_counter() - start)
-            GRPC_HANDLED.labels(service, method, _final_code(context, error).name).inc()
-
         behavior = (
             handler.unary_unary
             or handler.unary_stream
             or handler.stream_unary
             or handler.stream_stream
         )
+
         # A streaming handler either yields (async generator) or awaits `context.write`;
         # the wrapper must keep the same shape, as gRPC forbids mixing the two.
         if inspect.isasyncgenfunction(behavior):
-            wrapped = _wrap_generator(behavior, service, observed)
+
+            async def wrapped(request_or_iterator, context):
+                with _observed(service, method, context):
+                    async for response in behavior(request_or_iterator, context):
+                        yield response
+
         else:
-            wrapped = _wrap_coroutine(behavior, service, observed)
+
+            async def wrapped(request_or_iterator, context):
+                with _observed(service, method, context):
+                    return await behavior(request_or_iterator, context)
 
         factory = {
             (False, False): grpc.unary_unary_rpc_method_handler,
@@ -77,34 +97,3 @@ class MetricsInterceptor(aio.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
-
-
-def _wrap_coroutine(behavior, service, observed):
-    async def wrapped(request_or_iterator, context):
-        GRPC_IN_FLIGHT.labels(service).inc()
-        start, error = time.perf_counter(), None
-        try:
-            return await behavior(request_or_iterator, context)
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            observed(context, error, start)
-
-    return wrapped
-
-
-def _wrap_generator(behavior, service, observed):
-    async def wrapped(request_or_iterator, context):
-        GRPC_IN_FLIGHT.labels(service).inc()
-        start, error = time.perf_counter(), None
-        try:
-            async for response in behavior(request_or_iterator, context):
-                yield response
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            observed(context, error, start)
-
-    return wrapped

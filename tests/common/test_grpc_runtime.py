@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -31,12 +33,16 @@ def status_request(behaviour: str) -> trainer_pb2.StatusRequest:
     return trainer_pb2.StatusRequest(run_id=common_pb2.RunId(value=behaviour))
 
 
-async def start_runtime(**grpc_settings) -> tuple[ServiceRuntime, ProbeTrainer]:
+@contextlib.asynccontextmanager
+async def serving(**grpc_settings) -> AsyncIterator[tuple[ServiceRuntime, ProbeTrainer]]:
     servicer = ProbeTrainer()
     settings = GrpcSettings(**{"drain_seconds": 0.0, "grace_seconds": 1.0, **grpc_settings})
     runtime = ServiceRuntime("probe", settings, [registration(servicer)])
     await runtime.start()
-    return runtime, servicer
+    try:
+        yield runtime, servicer
+    finally:
+        await runtime.shutdown()  # idempotent: a test may have shut it down already
 
 
 def scrape(url: str) -> dict[tuple[str, frozenset], float]:
@@ -48,6 +54,21 @@ def scrape(url: str) -> dict[tuple[str, frozenset], float]:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+async def scrape_when(url: str, settled, attempts: int = 50):
+    """Scrape until `settled(samples)`: the server records a call just after the client has
+    its answer (an aborted call's status goes out before the handler unwinds)."""
+    for _ in range(attempts):
+        samples = scrape(url)
+        if settled(samples):
+            break
+        await asyncio.sleep(0.05)
+    return samples
+
+
+def grew(before, method: str, code: str):
+    return lambda now: handled(now, method, code) > handled(before, method, code)
 
 
 def handled(samples, method: str, code: str) -> float:
@@ -62,8 +83,10 @@ async def check(channel: grpc.aio.Channel, service: str = "") -> str:
 
 
 async def test_health_is_serving_then_not_serving_while_draining():
-    runtime, _ = await start_runtime(drain_seconds=1.5)
-    async with grpc.aio.insecure_channel(runtime.address) as channel:
+    async with (
+        serving(drain_seconds=1.5) as (runtime, _),
+        grpc.aio.insecure_channel(runtime.address) as channel,
+    ):
         assert await check(channel) == "SERVING"
         assert await check(channel, SERVICE_NAME) == "SERVING"
         shutdown = runtime.request_shutdown()
@@ -76,8 +99,7 @@ async def test_health_is_serving_then_not_serving_while_draining():
 
 
 async def test_reflection_lists_every_service():
-    runtime, _ = await start_runtime()
-    try:
+    async with serving() as (runtime, _):
         async with grpc.aio.insecure_channel(runtime.address) as channel:
             stub = reflection_pb2_grpc.ServerReflectionStub(channel)
             request = reflection_pb2.ServerReflectionRequest(list_services="")
@@ -89,13 +111,10 @@ async def test_reflection_lists_every_service():
             "grpc.health.v1.Health",
             "grpc.reflection.v1alpha.ServerReflection",
         }
-    finally:
-        await runtime.shutdown()
 
 
 async def test_metrics_endpoint_counts_calls_by_code():
-    runtime, _ = await start_runtime()
-    try:
+    async with serving() as (runtime, _):
         before = scrape(runtime.metrics_url)
         async with grpc.aio.insecure_channel(runtime.address) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
@@ -104,7 +123,7 @@ async def test_metrics_endpoint_counts_calls_by_code():
             with pytest.raises(grpc.aio.AioRpcError) as error:
                 await stub.Status(status_request("not-found"), timeout=5)
             assert error.value.code() == grpc.StatusCode.NOT_FOUND
-        after = scrape(runtime.metrics_url)
+        after = await scrape_when(runtime.metrics_url, grew(before, "Status", "NOT_FOUND"))
         assert handled(after, "Status", "OK") - handled(before, "Status", "OK") == 3
         assert handled(after, "Status", "NOT_FOUND") - handled(before, "Status", "NOT_FOUND") == 1
         count_key = (
@@ -112,13 +131,10 @@ async def test_metrics_endpoint_counts_calls_by_code():
             frozenset({"service": SERVICE_NAME, "method": "Status"}.items()),
         )
         assert after[count_key] - before.get(count_key, 0.0) == 4
-    finally:
-        await runtime.shutdown()
 
 
 async def test_a_passed_deadline_is_deadline_exceeded_on_both_sides():
-    runtime, _ = await start_runtime()
-    try:
+    async with serving() as (runtime, _):
         before = scrape(runtime.metrics_url)
         async with grpc.aio.insecure_channel(runtime.address) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
@@ -126,25 +142,16 @@ async def test_a_passed_deadline_is_deadline_exceeded_on_both_sides():
                 await stub.Status(status_request("sleep=5"), timeout=0.3)
         assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         # The server cancels the handler at the deadline and records why.
-        for _ in range(50):
-            after = scrape(runtime.metrics_url)
-            if handled(after, "Status", "DEADLINE_EXCEEDED") > handled(
-                before, "Status", "DEADLINE_EXCEEDED"
-            ):
-                break
-            await asyncio.sleep(0.1)
+        after = await scrape_when(runtime.metrics_url, grew(before, "Status", "DEADLINE_EXCEEDED"))
         assert (
             handled(after, "Status", "DEADLINE_EXCEEDED")
             - handled(before, "Status", "DEADLINE_EXCEEDED")
             == 1
         )
-    finally:
-        await runtime.shutdown()
 
 
 async def test_an_oversize_message_is_refused_and_the_server_lives_on():
-    runtime, _ = await start_runtime(max_message_bytes=4096)
-    try:
+    async with serving(max_message_bytes=4096) as (runtime, _):
         async with grpc.aio.insecure_channel(runtime.address) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as error:
@@ -152,14 +159,11 @@ async def test_an_oversize_message_is_refused_and_the_server_lives_on():
             assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             reply = await stub.Status(status_request("ok"), timeout=5)
             assert reply.run_id.value == "ok"
-    finally:
-        await runtime.shutdown()
 
 
 async def test_client_retries_unavailable_with_backoff():
-    runtime, servicer = await start_runtime()
     settings = ClientSettings(max_attempts=4, initial_backoff_seconds=0.01)
-    try:
+    async with serving() as (runtime, servicer):
         async with insecure_channel(runtime.address, settings) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
             reply = await stub.Status(status_request("fail=UNAVAILABLEx2"))
@@ -169,21 +173,16 @@ async def test_client_retries_unavailable_with_backoff():
                 await stub.Status(status_request("fail=INTERNALx2"))
             assert error.value.code() == grpc.StatusCode.INTERNAL
             assert servicer.calls["fail=INTERNALx2"] == 1
-    finally:
-        await runtime.shutdown()
 
 
 async def test_client_default_deadline_applies_without_a_timeout():
-    runtime, _ = await start_runtime()
     settings = ClientSettings(timeout_seconds=0.3)
-    try:
+    async with serving() as (runtime, _):
         async with insecure_channel(runtime.address, settings) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as error:
                 await stub.Status(status_request("sleep=3"))
             assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    finally:
-        await runtime.shutdown()
 
 
 @pytest.mark.integration
