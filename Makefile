@@ -19,7 +19,7 @@ proto: $(STAMP)  ## Regenerate the gRPC stubs in services/api/v1 from proto/.
 	$(BIN)/python -m etude.api.codegen
 
 docs: $(STAMP)  ## Regenerate docs/configuration.md from the settings classes.
-	$(BIN)/python -m etude.common.settings > docs/configuration.md
+	$(BIN)/python -m etude.cli.reference > docs/configuration.md
 
 run: $(STAMP)  ## Start the local stack, check every part end to end, stop it.
 	$(BIN)/etude up --smoke

@@ -26,7 +26,7 @@ STATE_FILE = "stack.json"
 
 # Services `etude up` starts, in dependency order; each runs as `python -m etude.<name>`.
 # A service joins this list when it exists.
-LOCAL_SERVICES: tuple[str, ...] = ()
+LOCAL_SERVICES: tuple[str, ...] = ("environment",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +129,7 @@ class LocalStack:
                 "ETUDE_GRPC__PORT": str(port),
                 "ETUDE_GRPC__METRICS_PORT": str(metrics_port),
                 "ETUDE_REDIS__URL": self.redis.url if self.redis else "",
+                "ETUDE_STACK__RUN_DIR": str(self.run_dir),
             }
             proc = spawn(spec.argv, log_path=log_path, env=env)
             self.processes[spec.name] = proc

@@ -13,6 +13,7 @@ for calls in flight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -145,15 +146,20 @@ class ServiceRuntime:
 
 def run_service(
     name: str,
-    build: Callable[[EtudeSettings], Awaitable[Sequence[Registration]]],
+    build: Callable[[Any, contextlib.AsyncExitStack], Awaitable[Sequence[Registration]]],
     settings: EtudeSettings | None = None,
 ) -> None:
-    """The body of a service's `__main__`: settings, logging, servicers, serve until stopped."""
+    """The body of a service's `__main__`: settings, logging, servicers, serve until stopped.
+
+    `build(settings, resources)` returns the servicers; what it pushes on `resources`
+    (closing sessions, channels, background tasks) is released after the server stopped.
+    """
     settings = settings or get_settings()
     configure_logging(settings.log)
 
     async def main() -> None:
-        runtime = ServiceRuntime(name, settings.grpc, await build(settings))
-        await runtime.serve()
+        async with contextlib.AsyncExitStack() as resources:
+            runtime = ServiceRuntime(name, settings.grpc, await build(settings, resources))
+            await runtime.serve()
 
     asyncio.run(main())

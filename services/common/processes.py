@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+_SETPRIV = shutil.which("setpriv")
 
 
 def _die_with_parent() -> None:
@@ -19,6 +21,18 @@ def _die_with_parent() -> None:
     # the kernel sends the child SIGTERM, so no service is left orphaned.
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _bound_to_parent(argv: Sequence[str]) -> tuple[list[str], object]:
+    """`argv` made to receive SIGTERM when its parent dies. util-linux's `setpriv` sets
+    that before exec with no Python in the child, which matters in a process running gRPC
+    threads (a forked child inherits their locks, and Python code there can crash);
+    without setpriv, a `preexec_fn` does it."""
+    if sys.platform != "linux":
+        return list(argv), None
+    if _SETPRIV:
+        return [_SETPRIV, "--pdeathsig", "TERM", "--", *argv], None
+    return list(argv), _die_with_parent
 
 
 def spawn(
@@ -30,15 +44,16 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start `argv` with stdout and stderr appended to `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    argv, preexec = _bound_to_parent(argv)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            list(argv),
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None,
             cwd=cwd,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=preexec,
         )
 
 

@@ -103,18 +103,21 @@ class EtudeSettings(BaseSettings):
     stack: StackSettings = StackSettings()
 
 
-def reference_markdown(settings_class: type[BaseSettings] | None = None) -> str:
-    """docs/configuration.md: every variable, its default and its meaning."""
-    settings_class = settings_class or EtudeSettings
+def reference_markdown(*settings_classes: type[BaseSettings]) -> str:
+    """docs/configuration.md: every variable of these settings classes (sections shared
+    by several are listed once), its default and its meaning."""
     lines = [
         "# Configuration",
         "",
         "Every setting is an environment variable with the prefix `ETUDE_`; a section and a",
-        "field are joined by `__`. This page is generated from `etude.common.settings`",
+        "field are joined by `__`. This page is generated from the settings classes",
         "(`make docs`); a test fails when it is out of date.",
     ]
-    for section, field in settings_class.model_fields.items():
-        model = field.annotation
+    sections: dict[str, type[BaseModel]] = {}
+    for settings_class in settings_classes or (EtudeSettings,):
+        for section, field in settings_class.model_fields.items():
+            sections.setdefault(section, field.annotation)
+    for section, model in sections.items():
         lines += ["", f"## {section}", "", "| variable | default | meaning |", "|---|---|---|"]
         for name, spec in model.model_fields.items():
             variable = f"ETUDE_{section.upper()}__{name.upper()}"
@@ -127,7 +130,3 @@ def reference_markdown(settings_class: type[BaseSettings] | None = None) -> str:
 def get_settings() -> EtudeSettings:
     """The process's settings, read from the environment once."""
     return EtudeSettings()
-
-
-if __name__ == "__main__":
-    print(reference_markdown(), end="")

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from etude.cli.reference import configuration_markdown
 from etude.common.ids import new_id
-from etude.common.settings import EtudeSettings, reference_markdown
+from etude.common.settings import EtudeSettings
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
 ENV_READ = re.compile(r"os\.environ\s*\[|os\.environ\.get|os\.getenv|environ\.get\(")
@@ -52,4 +53,4 @@ def test_ids_are_unique_prefixed_and_sort_by_time():
 
 def test_configuration_reference_is_current():
     docs = SERVICES.parent / "docs" / "configuration.md"
-    assert docs.read_text() == reference_markdown(), "run `make docs`"
+    assert docs.read_text() == configuration_markdown(), "run `make docs`"

@@ -47,7 +47,7 @@ def registration(servicer: ProbeTrainer | None = None) -> Registration:
     )
 
 
-async def _build(settings: EtudeSettings) -> list[Registration]:
+async def _build(settings: EtudeSettings, resources: object) -> list[Registration]:
     return [registration()]
 
 

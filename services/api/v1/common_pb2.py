@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65tude/api/v1/common.proto\x12\x0c\x65tude.api.v1\"\x90\x01\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x38\n\targuments\x18\x03 \x03(\x0b\x32%.etude.api.v1.ToolCall.ArgumentsEntry\x1a\x30\n\x0e\x41rgumentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x94\x01\n\nToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06output\x18\x03 \x01(\t\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x17\n\x0ftruncated_chars\x18\x06 \x01(\x03\x12\x18\n\x10\x64uration_seconds\x18\x07 \x01(\x01\" \n\rPolicyVersion\x12\x0f\n\x07version\x18\x01 \x01(\x03\"\x1a\n\tSessionId\x12\r\n\x05value\x18\x01 \x01(\t\"\x1a\n\tRolloutId\x12\r\n\x05value\x18\x01 \x01(\t\"\x17\n\x06TaskId\x12\r\n\x05value\x18\x01 \x01(\t\"\x16\n\x05RunId\x12\r\n\x05value\x18\x01 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65tude/api/v1/common.proto\x12\x0c\x65tude.api.v1\"\x90\x01\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x38\n\targuments\x18\x03 \x03(\x0b\x32%.etude.api.v1.ToolCall.ArgumentsEntry\x1a\x30\n\x0e\x41rgumentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc0\x01\n\nToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06output\x18\x03 \x01(\t\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x17\n\x0ftruncated_chars\x18\x06 \x01(\x03\x12\x18\n\x10\x64uration_seconds\x18\x07 \x01(\x01\x12\x14\n\x0c\x65rror_reason\x18\x08 \x01(\t\x12\x14\n\x0c\x65nds_episode\x18\t \x01(\x08\" \n\rPolicyVersion\x12\x0f\n\x07version\x18\x01 \x01(\x03\"\x1a\n\tSessionId\x12\r\n\x05value\x18\x01 \x01(\t\"\x1a\n\tRolloutId\x12\r\n\x05value\x18\x01 \x01(\t\"\x17\n\x06TaskId\x12\r\n\x05value\x18\x01 \x01(\t\"\x16\n\x05RunId\x12\r\n\x05value\x18\x01 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,15 +38,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLCALL_ARGUMENTSENTRY']._serialized_start=140
   _globals['_TOOLCALL_ARGUMENTSENTRY']._serialized_end=188
   _globals['_TOOLRESULT']._serialized_start=191
-  _globals['_TOOLRESULT']._serialized_end=339
-  _globals['_POLICYVERSION']._serialized_start=341
-  _globals['_POLICYVERSION']._serialized_end=373
-  _globals['_SESSIONID']._serialized_start=375
-  _globals['_SESSIONID']._serialized_end=401
-  _globals['_ROLLOUTID']._serialized_start=403
-  _globals['_ROLLOUTID']._serialized_end=429
-  _globals['_TASKID']._serialized_start=431
-  _globals['_TASKID']._serialized_end=454
-  _globals['_RUNID']._serialized_start=456
-  _globals['_RUNID']._serialized_end=478
+  _globals['_TOOLRESULT']._serialized_end=383
+  _globals['_POLICYVERSION']._serialized_start=385
+  _globals['_POLICYVERSION']._serialized_end=417
+  _globals['_SESSIONID']._serialized_start=419
+  _globals['_SESSIONID']._serialized_end=445
+  _globals['_ROLLOUTID']._serialized_start=447
+  _globals['_ROLLOUTID']._serialized_end=473
+  _globals['_TASKID']._serialized_start=475
+  _globals['_TASKID']._serialized_end=498
+  _globals['_RUNID']._serialized_start=500
+  _globals['_RUNID']._serialized_end=522
 # @@protoc_insertion_point(module_scope)

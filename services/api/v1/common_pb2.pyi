@@ -24,7 +24,7 @@ class ToolCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ("call_id", "name", "output", "exit_code", "truncated", "truncated_chars", "duration_seconds")
+    __slots__ = ("call_id", "name", "output", "exit_code", "truncated", "truncated_chars", "duration_seconds", "error_reason", "ends_episode")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,8 @@ class ToolResult(_message.Message):
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_CHARS_FIELD_NUMBER: _ClassVar[int]
     DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
+    ENDS_EPISODE_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     name: str
     output: str
@@ -39,7 +41,9 @@ class ToolResult(_message.Message):
     truncated: bool
     truncated_chars: int
     duration_seconds: float
-    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., output: _Optional[str] = ..., exit_code: _Optional[int] = ..., truncated: _Optional[bool] = ..., truncated_chars: _Optional[int] = ..., duration_seconds: _Optional[float] = ...) -> None: ...
+    error_reason: str
+    ends_episode: bool
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., output: _Optional[str] = ..., exit_code: _Optional[int] = ..., truncated: _Optional[bool] = ..., truncated_chars: _Optional[int] = ..., duration_seconds: _Optional[float] = ..., error_reason: _Optional[str] = ..., ends_episode: _Optional[bool] = ...) -> None: ...
 
 class PolicyVersion(_message.Message):
     __slots__ = ("version",)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from etude.api.v1 import common_pb2 as etude_dot_api_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65tude/api/v1/environment.proto\x12\x0c\x65tude.api.v1\x1a\x19\x65tude/api/v1/common.proto\"p\n\x14\x43reateSessionRequest\x12%\n\x07task_id\x18\x01 \x01(\x0b\x32\x14.etude.api.v1.TaskId\x12\x17\n\x0frepository_path\x18\x02 \x01(\t\x12\x18\n\x10idle_ttl_seconds\x18\x03 \x01(\x01\"\\\n\x15\x43reateSessionResponse\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12\x16\n\x0eworkspace_mode\x18\x02 \x01(\t\"v\n\x0e\x45xecuteRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12%\n\x05\x63\x61lls\x18\x02 \x03(\x0b\x32\x16.etude.api.v1.ToolCall\x12\x10\n\x08parallel\x18\x03 \x01(\x08\"<\n\x0f\x45xecuteResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.etude.api.v1.ToolResult\":\n\x0b\x46orkRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\";\n\x0c\x46orkResponse\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\":\n\x0b\x44iffRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\";\n\x0c\x44iffResponse\x12\x14\n\x0cunified_diff\x18\x01 \x01(\t\x12\x15\n\rchanged_paths\x18\x02 \x03(\t\"B\n\x13\x43loseSessionRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\"\x16\n\x14\x43loseSessionResponse2\x8b\x03\n\x12\x45nvironmentService\x12X\n\rCreateSession\x12\".etude.api.v1.CreateSessionRequest\x1a#.etude.api.v1.CreateSessionResponse\x12\x46\n\x07\x45xecute\x12\x1c.etude.api.v1.ExecuteRequest\x1a\x1d.etude.api.v1.ExecuteResponse\x12=\n\x04\x46ork\x12\x19.etude.api.v1.ForkRequest\x1a\x1a.etude.api.v1.ForkResponse\x12=\n\x04\x44iff\x12\x19.etude.api.v1.DiffRequest\x1a\x1a.etude.api.v1.DiffResponse\x12U\n\x0c\x43loseSession\x12!.etude.api.v1.CloseSessionRequest\x1a\".etude.api.v1.CloseSessionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65tude/api/v1/environment.proto\x12\x0c\x65tude.api.v1\x1a\x19\x65tude/api/v1/common.proto\"p\n\x14\x43reateSessionRequest\x12%\n\x07task_id\x18\x01 \x01(\x0b\x32\x14.etude.api.v1.TaskId\x12\x17\n\x0frepository_path\x18\x02 \x01(\t\x12\x18\n\x10idle_ttl_seconds\x18\x03 \x01(\x01\"u\n\x15\x43reateSessionResponse\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12\x16\n\x0eworkspace_mode\x18\x02 \x01(\t\x12\x17\n\x0fsandbox_backend\x18\x03 \x01(\t\"v\n\x0e\x45xecuteRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12%\n\x05\x63\x61lls\x18\x02 \x03(\x0b\x32\x16.etude.api.v1.ToolCall\x12\x10\n\x08parallel\x18\x03 \x01(\x08\"<\n\x0f\x45xecuteResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.etude.api.v1.ToolResult\":\n\x0b\x46orkRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\";\n\x0c\x46orkResponse\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\":\n\x0b\x44iffRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\";\n\x0c\x44iffResponse\x12\x14\n\x0cunified_diff\x18\x01 \x01(\t\x12\x15\n\rchanged_paths\x18\x02 \x03(\t\"B\n\x13\x43loseSessionRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\"\x16\n\x14\x43loseSessionResponse2\x8b\x03\n\x12\x45nvironmentService\x12X\n\rCreateSession\x12\".etude.api.v1.CreateSessionRequest\x1a#.etude.api.v1.CreateSessionResponse\x12\x46\n\x07\x45xecute\x12\x1c.etude.api.v1.ExecuteRequest\x1a\x1d.etude.api.v1.ExecuteResponse\x12=\n\x04\x46ork\x12\x19.etude.api.v1.ForkRequest\x1a\x1a.etude.api.v1.ForkResponse\x12=\n\x04\x44iff\x12\x19.etude.api.v1.DiffRequest\x1a\x1a.etude.api.v1.DiffResponse\x12U\n\x0c\x43loseSession\x12!.etude.api.v1.CloseSessionRequest\x1a\".etude.api.v1.CloseSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,23 +35,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATESESSIONREQUEST']._serialized_start=75
   _globals['_CREATESESSIONREQUEST']._serialized_end=187
   _globals['_CREATESESSIONRESPONSE']._serialized_start=189
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=281
-  _globals['_EXECUTEREQUEST']._serialized_start=283
-  _globals['_EXECUTEREQUEST']._serialized_end=401
-  _globals['_EXECUTERESPONSE']._serialized_start=403
-  _globals['_EXECUTERESPONSE']._serialized_end=463
-  _globals['_FORKREQUEST']._serialized_start=465
-  _globals['_FORKREQUEST']._serialized_end=523
-  _globals['_FORKRESPONSE']._serialized_start=525
-  _globals['_FORKRESPONSE']._serialized_end=584
-  _globals['_DIFFREQUEST']._serialized_start=586
-  _globals['_DIFFREQUEST']._serialized_end=644
-  _globals['_DIFFRESPONSE']._serialized_start=646
-  _globals['_DIFFRESPONSE']._serialized_end=705
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=707
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=773
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=775
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=797
-  _globals['_ENVIRONMENTSERVICE']._serialized_start=800
-  _globals['_ENVIRONMENTSERVICE']._serialized_end=1195
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=306
+  _globals['_EXECUTEREQUEST']._serialized_start=308
+  _globals['_EXECUTEREQUEST']._serialized_end=426
+  _globals['_EXECUTERESPONSE']._serialized_start=428
+  _globals['_EXECUTERESPONSE']._serialized_end=488
+  _globals['_FORKREQUEST']._serialized_start=490
+  _globals['_FORKREQUEST']._serialized_end=548
+  _globals['_FORKRESPONSE']._serialized_start=550
+  _globals['_FORKRESPONSE']._serialized_end=609
+  _globals['_DIFFREQUEST']._serialized_start=611
+  _globals['_DIFFREQUEST']._serialized_end=669
+  _globals['_DIFFRESPONSE']._serialized_start=671
+  _globals['_DIFFRESPONSE']._serialized_end=730
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=732
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=798
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=800
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=822
+  _globals['_ENVIRONMENTSERVICE']._serialized_start=825
+  _globals['_ENVIRONMENTSERVICE']._serialized_end=1220
 # @@protoc_insertion_point(module_scope)

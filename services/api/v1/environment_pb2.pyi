@@ -18,12 +18,14 @@ class CreateSessionRequest(_message.Message):
     def __init__(self, task_id: _Optional[_Union[_common_pb2.TaskId, _Mapping]] = ..., repository_path: _Optional[str] = ..., idle_ttl_seconds: _Optional[float] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
-    __slots__ = ("session_id", "workspace_mode")
+    __slots__ = ("session_id", "workspace_mode", "sandbox_backend")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_MODE_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_BACKEND_FIELD_NUMBER: _ClassVar[int]
     session_id: _common_pb2.SessionId
     workspace_mode: str
-    def __init__(self, session_id: _Optional[_Union[_common_pb2.SessionId, _Mapping]] = ..., workspace_mode: _Optional[str] = ...) -> None: ...
+    sandbox_backend: str
+    def __init__(self, session_id: _Optional[_Union[_common_pb2.SessionId, _Mapping]] = ..., workspace_mode: _Optional[str] = ..., sandbox_backend: _Optional[str] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
     __slots__ = ("session_id", "calls", "parallel")

@@ -1,0 +1,53 @@
+"""What every benchmark shares: percentiles, the JSON document, the printed table."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0–100) by linear interpolation between closest ranks."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def metric(value: float, unit: str, *, baseline: float | None = None, target: float | None = None):
+    entry: dict[str, object] = {"value": round(value, 4), "unit": unit}
+    if baseline is not None:
+        entry["baseline"] = round(baseline, 4)
+    if target is not None:
+        entry["target"] = target
+    return entry
+
+
+def write_json(path: str | None, name: str, metrics: dict, **extra: object) -> None:
+    if path:
+        Path(path).write_text(
+            json.dumps({"benchmark": name, "metrics": metrics, **extra}, indent=2)
+        )
+
+
+def print_metrics(title: str, metrics: dict) -> None:
+    table = Table(title=title)
+    for column in ("figure", "value", "unit", "target"):
+        table.add_column(column, justify="right" if column in {"value", "target"} else "left")
+    for key, entry in metrics.items():
+        target = entry.get("target")
+        table.add_row(
+            key, f"{entry['value']:,}", entry["unit"], "" if target is None else str(target)
+        )
+    Console().print(table)

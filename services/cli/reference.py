@@ -1,0 +1,16 @@
+"""The settings of every service, for docs/configuration.md (`make docs`)."""
+
+from __future__ import annotations
+
+from etude.common.settings import EtudeSettings, reference_markdown
+from etude.environment.config import EnvironmentSettings
+
+ALL_SETTINGS = (EtudeSettings, EnvironmentSettings)
+
+
+def configuration_markdown() -> str:
+    return reference_markdown(*ALL_SETTINGS)
+
+
+if __name__ == "__main__":
+    print(configuration_markdown(), end="")

@@ -1,0 +1,1 @@
+"""The environment service: sandboxed workspaces and the agent's tools."""

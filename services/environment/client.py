@@ -1,0 +1,143 @@
+"""One client interface to the environment, in-process or over gRPC.
+
+Tests and Ray actors use `InProcessEnvironment` (the core, no transport); the rollout
+worker in a cluster uses `GrpcEnvironment`. Both raise the same errors (errors.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+from grpc import aio
+
+from etude.api.v1 import common_pb2, environment_pb2, environment_pb2_grpc
+from etude.common.grpc_client import insecure_channel
+from etude.common.settings import ClientSettings
+from etude.common.toolcalls import ToolCall
+from etude.environment.batch import ExecutedCall
+from etude.environment.diff import WorkspaceDiff
+from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
+from etude.environment.sessions import SessionManager
+from etude.environment.wire import call_to_proto, result_from_proto
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedSession:
+    session_id: str
+    workspace_mode: str
+    sandbox_backend: str
+
+
+class EnvironmentClient(Protocol):
+    async def create_session(
+        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
+    ) -> OpenedSession: ...
+
+    async def execute(
+        self, session_id: str, calls: list[ToolCall], parallel: bool = True
+    ) -> list[ExecutedCall]: ...
+
+    async def fork(self, session_id: str) -> str: ...
+
+    async def diff(self, session_id: str) -> WorkspaceDiff: ...
+
+    async def close_session(self, session_id: str) -> None: ...
+
+
+class InProcessEnvironment:
+    def __init__(self, manager: SessionManager) -> None:
+        self.manager = manager
+
+    async def create_session(
+        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
+    ) -> OpenedSession:
+        session = await self.manager.create(task_id, Path(repository_path), idle_ttl_seconds)
+        return OpenedSession(session.id, session.layout.mode, self.manager.config.backend)
+
+    async def execute(
+        self, session_id: str, calls: list[ToolCall], parallel: bool = True
+    ) -> list[ExecutedCall]:
+        return await self.manager.execute(session_id, calls, parallel)
+
+    async def fork(self, session_id: str) -> str:
+        return (await self.manager.fork(session_id)).id
+
+    async def diff(self, session_id: str) -> WorkspaceDiff:
+        return await self.manager.diff(session_id)
+
+    async def close_session(self, session_id: str) -> None:
+        await self.manager.close(session_id)
+
+
+_ERRORS = {
+    grpc.StatusCode.NOT_FOUND: SessionNotFoundError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: SessionLimitError,
+    grpc.StatusCode.INVALID_ARGUMENT: RepositoryError,
+}
+
+
+class GrpcEnvironment:
+    def __init__(self, target: str, settings: ClientSettings) -> None:
+        self.channel: aio.Channel = insecure_channel(target, settings)
+        self.stub = environment_pb2_grpc.EnvironmentServiceStub(self.channel)
+
+    async def _call(self, method, request):
+        try:
+            return await method(request)
+        except aio.AioRpcError as error:
+            mapped = _ERRORS.get(error.code())
+            if mapped is not None:
+                raise mapped(error.details()) from error
+            raise
+
+    async def create_session(
+        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
+    ) -> OpenedSession:
+        reply = await self._call(
+            self.stub.CreateSession,
+            environment_pb2.CreateSessionRequest(
+                task_id=common_pb2.TaskId(value=task_id),
+                repository_path=repository_path,
+                idle_ttl_seconds=idle_ttl_seconds,
+            ),
+        )
+        return OpenedSession(reply.session_id.value, reply.workspace_mode, reply.sandbox_backend)
+
+    async def execute(
+        self, session_id: str, calls: list[ToolCall], parallel: bool = True
+    ) -> list[ExecutedCall]:
+        reply = await self._call(
+            self.stub.Execute,
+            environment_pb2.ExecuteRequest(
+                session_id=common_pb2.SessionId(value=session_id),
+                calls=[call_to_proto(c) for c in calls],
+                parallel=parallel,
+            ),
+        )
+        return [result_from_proto(r) for r in reply.results]
+
+    async def fork(self, session_id: str) -> str:
+        reply = await self._call(
+            self.stub.Fork,
+            environment_pb2.ForkRequest(session_id=common_pb2.SessionId(value=session_id)),
+        )
+        return reply.session_id.value
+
+    async def diff(self, session_id: str) -> WorkspaceDiff:
+        reply = await self._call(
+            self.stub.Diff,
+            environment_pb2.DiffRequest(session_id=common_pb2.SessionId(value=session_id)),
+        )
+        return WorkspaceDiff(reply.unified_diff, list(reply.changed_paths))
+
+    async def close_session(self, session_id: str) -> None:
+        await self._call(
+            self.stub.CloseSession,
+            environment_pb2.CloseSessionRequest(session_id=common_pb2.SessionId(value=session_id)),
+        )
+
+    async def close(self) -> None:
+        await self.channel.close()

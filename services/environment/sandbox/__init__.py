@@ -1,0 +1,1 @@
+"""Sandboxes: where a session's commands run, and how they are held in."""

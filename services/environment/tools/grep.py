@@ -1,0 +1,88 @@
+"""`grep`: regex search over the workspace's files, ripgrep-fast where ripgrep is installed.
+
+The engines live in grep_engines.py; this module reads the arguments, picks an engine and
+renders the capped result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from etude.environment.tools import grep_engines
+from etude.environment.tools.arguments import parse_bool, parse_int
+from etude.environment.tools.base import ToolArgumentError, ToolContext, ToolOutput, tool
+from etude.environment.tools.gitignore import Pattern, compile_glob
+from etude.environment.tools.grep_engines import GrepRequest, Matches, search_python, search_ripgrep
+from etude.environment.tools.output import plural, printable
+from etude.environment.tools.paths import resolve
+
+DEFAULT_MAX_RESULTS = 200
+MAX_RESULTS = 1000
+DEFAULT_TIMEOUT_S = 30
+
+
+@tool(
+    "grep",
+    read_only=True,
+    required=("pattern",),
+    optional=("path", "glob", "case_insensitive", "max_results"),
+)
+async def grep(
+    ctx: ToolContext,
+    pattern: str,
+    path: str = ".",
+    glob: str | None = None,
+    case_insensitive: str | None = None,
+    max_results: str | None = None,
+) -> ToolOutput:
+    """Search file contents for a regular expression; prints `path:line:text` per matching
+    line. `path` (default ".") is a directory or one file. `glob` keeps only files whose name
+    matches (`*.py`) or, with a `/`, whose path below `path` matches (`src/**/*.ts`).
+    `case_insensitive` (default false). `max_results` (default 200, at most 1000) caps the
+    lines shown. Honours .gitignore, skips binary files and .git, shows lines over 300 bytes
+    as a placeholder."""
+    limit = parse_int(
+        "max_results", max_results, default=DEFAULT_MAX_RESULTS, minimum=1, maximum=MAX_RESULTS
+    )
+    assert limit is not None
+    request = GrepRequest(
+        pattern=pattern,
+        target=await asyncio.to_thread(resolve, ctx.root, path or "."),
+        glob=_glob(glob),
+        case_insensitive=parse_bool("case_insensitive", case_insensitive, default=False),
+        timeout_s=ctx.limits.get("grep_timeout_s", DEFAULT_TIMEOUT_S),
+    )
+    if request.target.kind not in ("dir", "file"):
+        return ToolOutput.error("not_a_file", f"{path} is neither a file nor a directory")
+    matches = Matches(limit)
+    rg = grep_engines.find_ripgrep()  # looked up on the module so tests can patch it
+    if rg:
+        await search_ripgrep(rg, request, matches)
+    else:
+        await asyncio.to_thread(search_python, request, matches)
+    return _render(matches, request)
+
+
+def _glob(glob: str | None) -> Pattern | None:
+    if glob is None or not glob.strip():
+        return None
+    try:
+        return compile_glob(glob)
+    except ValueError as error:
+        raise ToolArgumentError(str(error)) from None
+
+
+def _render(matches: Matches, request: GrepRequest) -> ToolOutput:
+    if not matches.total:
+        parts = request.target.parts
+        where = "/".join(parts) if parts else "the workspace"
+        return ToolOutput(f"No matches for {request.pattern!r} in {printable(where)}.")
+    lines = list(matches.lines)
+    hidden = matches.total - len(lines)
+    if hidden:
+        more = plural(hidden, "more match", "more matches")
+        lines.append(
+            f"… {more} not shown ({matches.total} in total); narrow the search with path or "
+            f"glob, or raise max_results (at most {MAX_RESULTS})."
+        )
+    return ToolOutput("\n".join(lines), truncated=hidden > 0)

@@ -1,0 +1,126 @@
+"""Workspaces: a read-only base per task repository, and a copy-on-write layer per session.
+
+Overlay mode stacks the session's writable `upper` directory over the base (and over
+snapshots of the sessions it was forked from); creating a session is two `mkdir`s. Copy
+mode, for hosts where overlay is unavailable, copies the base into a private tree.
+Directories, for a root `R`:
+
+    R/bases/<key>/                  a task repository, copied once, never written
+    R/sessions/<id>/upper, work     overlay: the session's changes, overlayfs' work dir
+    R/sessions/<id>/snapshot        overlay: the parent's changes at fork time (a lower layer)
+    R/sessions/<id>/tree            copy: the whole workspace
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from etude.environment.errors import RepositoryError
+
+Mode = Literal["overlay", "copy"]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    mode: Mode
+    session_dir: Path
+    base: Path
+    lowers: list[Path] = field(default_factory=list)
+    """Overlay: read-only layers, bottom first (the base, then fork snapshots)."""
+
+    @property
+    def upper(self) -> Path:
+        return self.session_dir / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.session_dir / "work"
+
+    @property
+    def tree(self) -> Path:
+        return self.session_dir / "tree"
+
+
+class WorkspaceStore:
+    def __init__(self, root_dir: Path, mode: Mode) -> None:
+        self.root = root_dir.resolve()
+        self.mode = mode
+        self.bases = self.root / "bases"
+        self.sessions = self.root / "sessions"
+        self.bases.mkdir(parents=True, exist_ok=True)
+        self.sessions.mkdir(parents=True, exist_ok=True)
+
+    def prepare_base(self, repository: Path) -> Path:
+        """Copy a repository once into a read-only base; later sessions reuse it."""
+        source = repository.resolve()
+        if not source.is_dir():
+            raise RepositoryError(f"repository {repository} is not a directory")
+        if source.is_relative_to(self.bases):
+            return source
+        key = hashlib.sha256(str(source).encode()).hexdigest()[:16]
+        base = self.bases / key
+        if not base.exists():
+            staging = self.bases / f".{key}.{os.getpid()}.{id(self)}"
+            _copy_tree(source, staging)
+            try:
+                staging.rename(base)  # atomic: a concurrent preparer loses the race cleanly
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)
+        return base
+
+    def create(self, session_id: str, base: Path) -> Layout:
+        layout = Layout(self.mode, self.sessions / session_id, base, [base])
+        layout.session_dir.mkdir()
+        if self.mode == "overlay":
+            layout.upper.mkdir()
+            layout.work.mkdir()
+        else:
+            _copy_tree(base, layout.tree)
+        return layout
+
+    def fork(self, parent: Layout, session_id: str, parent_view: Path) -> Layout:
+        """A new session starting from `parent`'s current files (`parent_view`: its merged
+        workspace as seen from the host)."""
+        session_dir = self.sessions / session_id
+        session_dir.mkdir()
+        if self.mode == "copy":
+            layout = Layout("copy", session_dir, parent.base, [parent.base])
+            _copy_tree(parent_view, layout.tree)
+            return layout
+        snapshot = session_dir / "snapshot"
+        try:
+            # The parent's upper layer, whiteouts and opaque markers included, becomes a
+            # read-only layer of the child: a fork costs the size of the changes only.
+            _copy_tree(parent.upper, snapshot)
+            lowers = [*parent.lowers, snapshot]
+        except (OSError, subprocess.CalledProcessError):
+            # Whiteouts cannot be copied without privileges: take the whole merged view.
+            shutil.rmtree(snapshot, ignore_errors=True)
+            _copy_tree(parent_view, snapshot)
+            lowers = [snapshot]
+        layout = Layout("overlay", session_dir, parent.base, lowers)
+        layout.upper.mkdir()
+        layout.work.mkdir()
+        return layout
+
+    def remove(self, layout: Layout) -> None:
+        # overlayfs leaves its work dir unreadable to others; make it removable first.
+        for directory, _subdirs, _files in os.walk(layout.session_dir):
+            os.chmod(directory, 0o700)
+        shutil.rmtree(layout.session_dir, ignore_errors=True)
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """`cp -a` keeps links, modes, times, xattrs and device nodes (overlay whiteouts), and
+    shares blocks on filesystems that can (reflink)."""
+    subprocess.run(
+        ["cp", "-a", "--reflink=auto", f"{source}/.", str(target)],
+        check=True,
+        capture_output=True,
+    )

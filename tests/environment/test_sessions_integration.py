@@ -1,0 +1,213 @@
+"""Sessions through the core and over gRPC: fork, diff, expiry, the bound, batches."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+import pytest
+
+from etude.common.grpc_server import ServiceRuntime
+from etude.common.settings import ClientSettings, GrpcSettings
+from etude.common.toolcalls import ToolCall
+from etude.environment.client import GrpcEnvironment, InProcessEnvironment
+from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
+from etude.environment.metrics import PrometheusObserver
+from etude.environment.server import registration
+from etude.environment.sessions import SessionManager
+from etude.environment.tools.base import SearchHit
+from tests.environment.conftest import make_config
+
+pytestmark = pytest.mark.integration
+
+
+def call(name: str, index: int = 0, **arguments: str) -> ToolCall:
+    return ToolCall(name, arguments, f"call_{index}")
+
+
+def shell(command: str, index: int = 0) -> ToolCall:
+    return call("run_terminal_command", index, command=command)
+
+
+def printed(result) -> str:
+    """A command's output without the exit-code line the tool appends."""
+    return result.output.rsplit("[exit code:", 1)[0]
+
+
+async def test_fork_starts_from_the_parents_state_and_diverges(manager, repo):
+    env = InProcessEnvironment(manager)
+    parent = (await env.create_session("t", str(repo))).session_id
+    await env.execute(parent, [shell("echo parent > made.txt; rm README.md; cd pkg")])
+    child = await env.fork(parent)
+    [seen] = await env.execute(child, [shell("cat made.txt; ls; pwd")])
+    assert seen.output.startswith("parent\n")
+    assert "README.md" not in seen.output
+    await env.execute(child, [shell("echo child > made.txt")])
+    [parents_view] = await env.execute(parent, [shell("cat /workspace/made.txt")])
+    assert printed(parents_view) == "parent\n"
+    grandchild = await env.fork(child)
+    [deep] = await env.execute(grandchild, [shell("cat made.txt; ls README.md 2>&1")])
+    assert deep.output.startswith("child\n") and "No such file" in deep.output
+
+
+async def test_diff_shows_edits_additions_and_deletions(manager, repo):
+    env = InProcessEnvironment(manager)
+    session = (await env.create_session("t", str(repo))).session_id
+    await env.execute(
+        session,
+        [
+            call("edit_file", 0, path="pkg/calc.py", old_string="a + b", new_string="a - b"),
+            call("write_file", 1, path="new.txt", content="hello\n"),
+            call("delete_file", 2, path="notes.txt"),
+        ],
+    )
+    diff = await env.diff(session)
+    assert diff.changed_paths == ["new.txt", "notes.txt", "pkg/calc.py"]
+    assert "-    return a + b\n+    return a - b\n" in diff.unified_diff
+    assert "--- /dev/null\n+++ b/new.txt\n" in diff.unified_diff
+    assert "--- a/notes.txt\n+++ /dev/null\n" in diff.unified_diff
+    untouched = await env.fork(session)
+    assert (await env.diff(untouched)).changed_paths == diff.changed_paths
+
+
+async def test_idle_sessions_expire_and_free_their_files(tmp_path, repo):
+    manager = SessionManager(make_config(tmp_path, idle_ttl_seconds=0.3))
+    try:
+        session = await manager.create("t", repo)
+        kept = await manager.create("t", repo, idle_ttl=60)
+        await asyncio.sleep(0.5)
+        assert await manager.expire_idle() == [session.id]
+        assert not session.layout.session_dir.exists()
+        with pytest.raises(SessionNotFoundError):
+            await manager.execute(session.id, [shell("true")])
+        assert printed((await manager.execute(kept.id, [shell("echo ok")]))[0]) == "ok\n"
+    finally:
+        await manager.close_all()
+
+
+async def test_the_number_of_live_sessions_is_bounded(tmp_path, repo):
+    manager = SessionManager(make_config(tmp_path, max_sessions=2))
+    try:
+        first = await manager.create("t", repo)
+        await manager.create("t", repo)
+        with pytest.raises(SessionLimitError, match="2 sessions are live"):
+            await manager.create("t", repo)
+        with pytest.raises(SessionLimitError):
+            await manager.fork(first.id)
+        await manager.close(first.id)
+        await manager.create("t", repo)
+    finally:
+        await manager.close_all()
+
+
+class SlowSearch:
+    """A search backend that takes 200 ms per query: what makes batch overlap measurable."""
+
+    async def query(self, workspace_id, query, k, target_directories):
+        await asyncio.sleep(0.2)
+        return [SearchHit("pkg/calc.py", 1, 2, 0.9, "def add(a, b):")]
+
+
+async def test_eight_slow_reads_overlap_in_one_batch(tmp_path, repo):
+    manager = SessionManager(make_config(tmp_path), search=SlowSearch())
+    try:
+        session = await manager.create("t", repo)
+        batch = [call("codebase_search", i, query="add") for i in range(8)]
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        results = await manager.execute(session.id, batch)
+        elapsed = loop.time() - start
+        assert [r.call_id for r in results] == [f"call_{i}" for i in range(8)]
+        assert all(r.exit_code == 0 and "pkg/calc.py" in r.output for r in results)
+        assert elapsed < 0.2 * 8 / 3  # well under eight times one call
+        serial_start = loop.time()
+        await manager.execute(session.id, batch, parallel=False)
+        assert loop.time() - serial_start >= 0.2 * 8
+    finally:
+        await manager.close_all()
+
+
+async def test_writes_in_a_batch_are_seen_by_later_reads(manager, repo):
+    session = await manager.create("t", repo)
+    results = await manager.execute(
+        session.id,
+        [
+            call("read_file", 0, path="notes.txt"),
+            call("write_file", 1, path="notes.txt", content="rewritten\n"),
+            call("read_file", 2, path="notes.txt"),
+            shell("echo appended >> notes.txt", 3),
+            call("read_file", 4, path="notes.txt"),
+        ],
+    )
+    assert "three" in results[0].output
+    assert "rewritten" in results[2].output and "three" not in results[2].output
+    assert "appended" in results[4].output
+
+
+async def test_a_tool_failure_is_a_result_and_the_session_lives_on(manager, repo):
+    session = await manager.create("t", repo)
+    results = await manager.execute(
+        session.id,
+        [
+            call("read_file", 0, path="../../etc/passwd"),
+            call("read_file", 1, path="/etc/passwd"),
+            call("no_such_tool", 2),
+            call("read_file", 3, path="notes.txt", start_line="many"),
+            call("read_file", 4, path="notes.txt"),
+        ],
+    )
+    assert [r.exit_code != 0 for r in results] == [True, True, True, True, False]
+    assert results[0].error_reason == "outside_workspace"
+    assert results[2].error_reason == "unknown_tool"
+    assert "two" in results[4].output
+
+
+@pytest.fixture
+async def grpc_environment(tmp_path):
+    manager = SessionManager(make_config(tmp_path, max_sessions=3), observer=PrometheusObserver())
+    runtime = ServiceRuntime(
+        "environment", GrpcSettings(drain_seconds=0, grace_seconds=1), [registration(manager)]
+    )
+    await runtime.start()
+    client = GrpcEnvironment(runtime.address, ClientSettings(timeout_seconds=60))
+    try:
+        yield client, runtime
+    finally:
+        await client.close()
+        await runtime.shutdown()
+        await manager.close_all()
+
+
+async def test_the_whole_api_over_grpc(grpc_environment, repo):
+    client, runtime = grpc_environment
+    opened = await client.create_session("t", str(repo))
+    assert opened.workspace_mode == "overlay" and opened.sandbox_backend == "bwrap"
+    results = await client.execute(
+        opened.session_id,
+        [
+            call("read_file", 0, path="pkg/calc.py"),
+            shell("echo out; echo err >&2; exit 3", 1),
+            call("submit", 2, message="done"),
+        ],
+    )
+    assert "return a + b" in results[0].output
+    assert results[1].exit_code == 3 and "out" in results[1].output and "err" in results[1].output
+    assert results[2].ends_episode and not results[0].ends_episode
+    assert all(r.duration_seconds > 0 for r in results)
+    child = await client.fork(opened.session_id)
+    await client.execute(child, [call("write_file", 0, path="x.txt", content="x\n")])
+    assert (await client.diff(child)).changed_paths == ["x.txt"]
+    await client.close_session(child)
+    with pytest.raises(SessionNotFoundError):
+        await client.execute(child, [shell("true")])
+    with pytest.raises(RepositoryError):
+        await client.create_session("t", str(repo / "missing"))
+    await client.create_session("t", str(repo))
+    await client.create_session("t", str(repo))
+    with pytest.raises(SessionLimitError):
+        await client.create_session("t", str(repo))
+
+    with urllib.request.urlopen(runtime.metrics_url, timeout=5) as response:
+        metrics = response.read().decode()
+    assert "etude_environment_live_sessions 3.0" in metrics
+    assert 'etude_environment_tool_call_seconds_count{tool="read_file"}' in metrics
