@@ -4,6 +4,16 @@ and 32 concurrent sessions, and the speedup of running a batch's read-only calls
 The service runs as its own process (`python -m etude.environment`), as in the local
 stack, on a generated 10 MB repository; the load comes from this process.
 
+- Sessions at 32: each session issues a call, then pauses `--think-ms` (100 ms: the pace of
+  an agent whose next call waits on generation) before the next. `*_saturated` figures
+  drop the pause: 32 calls always in flight, which measures throughput on this machine
+  more than latency.
+- Batch speedup: time of k read-only calls run one after another (`parallel=false`) over
+  the same k calls in one batch. `batch_speedup_k*` uses `codebase_search` against a
+  search server on loopback that answers after `--search-ms` (40 ms, an embedding lookup's
+  order): waiting-bound calls, which is what the overlap is for. `grep_batch_speedup_k8`
+  uses ripgrep over the whole repository: CPU-bound, so it cannot pass the core count.
+
     python loadtests/environment_latency.py --quick --json out.json
 """
 
@@ -21,10 +31,12 @@ from pathlib import Path
 
 from benchlib import median, metric, percentile, print_metrics, write_json
 
+from etude.api.v1 import search_pb2, search_pb2_grpc
 from etude.common.grpc_client import health_status
+from etude.common.grpc_server import Registration, ServiceRuntime
 from etude.common.net import free_port
 from etude.common.processes import spawn, terminate
-from etude.common.settings import ClientSettings
+from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment
 
@@ -70,16 +82,20 @@ async def timed(coroutine) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-async def measure_creates(env: GrpcEnvironment, repo: Path, count: int) -> list[float]:
+async def measure_creates(env: GrpcEnvironment, repo: Path, count: int):
+    """CreateSession latency, and CreateSession + a first read_file (which waits for the
+    sandbox if it is still starting)."""
     warm = await env.create_session("bench", str(repo))  # prepares the base once
     await env.close_session(warm.session_id)
-    latencies = []
-    for _ in range(count):
+    creates, first_results = [], []
+    for i in range(count):
         start = time.perf_counter()
         opened = await env.create_session("bench", str(repo))
-        latencies.append((time.perf_counter() - start) * 1000)
+        creates.append((time.perf_counter() - start) * 1000)
+        await env.execute(opened.session_id, [read_call(i)])
+        first_results.append((time.perf_counter() - start) * 1000)
         await env.close_session(opened.session_id)
-    return latencies
+    return creates, first_results
 
 
 async def round_trips(env, session_id: str, make_call, count: int) -> list[float]:
@@ -97,15 +113,30 @@ def grep_call(i: int) -> ToolCall:
     return call("grep", 0, pattern=f"return x \\+ {i % 1000}\\b", max_results="20")
 
 
-async def concurrent(env, sessions: list[str], make_call, per_session: int) -> list[float]:
-    results = await asyncio.gather(*(round_trips(env, s, make_call, per_session) for s in sessions))
-    return [latency for session in results for latency in session]
+def search_call(i: int) -> ToolCall:
+    return call("codebase_search", 0, query=f"where is value {i} parsed")
 
 
-async def batch_speedup(env, session_id: str, k: int, repeats: int) -> tuple[float, float, float]:
-    batch = [grep_call(i * 37 + k) for i in range(k)]
-    for i, c in enumerate(batch):
-        batch[i] = ToolCall(c.name, c.arguments, f"call_{i}")
+async def paced(env, session_id: str, make_call, count: int, think_s: float) -> list[float]:
+    # Rollouts are not in lockstep: start each session at a random point of the pause.
+    await asyncio.sleep(random.uniform(0, think_s))
+    latencies = []
+    for i in range(count):
+        latencies.append(await timed(env.execute(session_id, [make_call(i)])))
+        await asyncio.sleep(think_s * random.uniform(0.5, 1.5))
+    return latencies
+
+
+async def concurrent(env, sessions, make_call, per_session: int, think_s: float) -> list[float]:
+    runs = [paced(env, s, make_call, per_session, think_s) for s in sessions]
+    return [latency for session in await asyncio.gather(*runs) for latency in session]
+
+
+async def batch_speedup(env, session_id: str, make_call, k: int, repeats: int):
+    batch = [
+        ToolCall(c.name, c.arguments, f"call_{i}")
+        for i, c in enumerate(make_call(i * 37 + k) for i in range(k))
+    ]
     serial, together = [], []
     for _ in range(repeats):
         serial.append(await timed(env.execute(session_id, batch, parallel=False)))
@@ -113,40 +144,88 @@ async def batch_speedup(env, session_id: str, k: int, repeats: int) -> tuple[flo
     return median(serial) / median(together), median(serial), median(together)
 
 
-async def measure(address: str, repo: Path, plan: Plan) -> dict:
+async def measure(address: str, repo: Path, plan: Plan, think_s: float) -> dict:
     env = GrpcEnvironment(address, ClientSettings(timeout_seconds=300))
     try:
-        creates = await measure_creates(env, repo, plan.creates)
+        creates, first_results = await measure_creates(env, repo, plan.creates)
         one = (await env.create_session("bench", str(repo))).session_id
         await round_trips(env, one, read_call, 20)  # warm the page cache
         reads_1 = await round_trips(env, one, read_call, plan.reads_single)
         sessions = [
             (await env.create_session("bench", str(repo))).session_id for _ in range(plan.sessions)
         ]
-        reads_32 = await concurrent(env, sessions, read_call, plan.reads_per_session)
-        greps_32 = await concurrent(env, sessions, grep_call, plan.reads_per_session)
-        speedups = {k: await batch_speedup(env, one, k, plan.batch_repeats) for k in (1, 2, 4, 8)}
+        # Each session's sandbox starts in the background; wait for all of them first, so
+        # the figures below are round trips (create_to_first_result covers the start).
+        await asyncio.gather(*(env.execute(s, [read_call(0)]) for s in sessions))
+        per = plan.reads_per_session
+        reads_32 = await concurrent(env, sessions, read_call, per, think_s)
+        greps_32 = await concurrent(env, sessions, grep_call, per, think_s)
+        reads_32_saturated = await concurrent(env, sessions, read_call, per, 0.0)
+        speedups = {
+            k: await batch_speedup(env, one, search_call, k, plan.batch_repeats) for k in (2, 4, 8)
+        }
+        grep_speedup = await batch_speedup(env, one, grep_call, 8, plan.batch_repeats)
     finally:
         await env.close()
     metrics = {
         "create_session_p50_ms": metric(percentile(creates, 50), "ms"),
         "create_session_p99_ms": metric(percentile(creates, 99), "ms", target=50),
+        "create_to_first_result_p50_ms": metric(percentile(first_results, 50), "ms"),
+        "create_to_first_result_p99_ms": metric(percentile(first_results, 99), "ms"),
         "read_file_p50_ms_1": metric(percentile(reads_1, 50), "ms"),
         "read_file_p99_ms_1": metric(percentile(reads_1, 99), "ms"),
         "read_file_p50_ms_32": metric(percentile(reads_32, 50), "ms"),
         "read_file_p99_ms_32": metric(percentile(reads_32, 99), "ms", target=10),
         "grep_p50_ms_32": metric(percentile(greps_32, 50), "ms"),
         "grep_p99_ms_32": metric(percentile(greps_32, 99), "ms"),
+        "read_file_p99_ms_32_saturated": metric(percentile(reads_32_saturated, 99), "ms"),
     }
     for k, (ratio, serial_ms, _parallel_ms) in speedups.items():
-        if k > 1:
-            metrics[f"batch_speedup_k{k}"] = metric(
-                ratio, "x", baseline=serial_ms, target=6 if k == 8 else None
-            )
+        target = 6 if k == 8 else None
+        metrics[f"batch_speedup_k{k}"] = metric(ratio, "x", baseline=serial_ms, target=target)
+    metrics["grep_batch_speedup_k8"] = metric(grep_speedup[0], "x", baseline=grep_speedup[1])
     return metrics
 
 
-def start_service(workdir: Path) -> tuple[object, str]:
+class DelayedSearch(search_pb2_grpc.SearchServiceServicer):
+    """A search server that answers after a fixed delay with hits from the repository's
+    file names: enough for `codebase_search` calls that spend their time waiting."""
+
+    def __init__(self, delay_s: float, paths: list[str]) -> None:
+        self.delay_s, self.paths = delay_s, paths
+
+    async def Query(self, request, context):
+        await asyncio.sleep(self.delay_s)
+        hits = [
+            search_pb2.SearchHit(path=p, start_line=1, end_line=2, score=0.5, snippet="def f():")
+            for p in self.paths[: max(1, request.k)]
+        ]
+        return search_pb2.QueryResponse(hits=hits)
+
+
+async def run(repo: Path, workdir: Path, plan: Plan, think_s: float, search_s: float) -> dict:
+    paths = sorted(str(p.relative_to(repo)) for p in repo.rglob("*.py"))
+    search = ServiceRuntime(
+        "search",
+        GrpcSettings(drain_seconds=0),
+        [
+            Registration(
+                DelayedSearch(search_s, paths),
+                search_pb2_grpc.add_SearchServiceServicer_to_server,
+                search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name,
+            )
+        ],
+    )
+    await search.start()
+    process, address = await asyncio.to_thread(start_service, workdir, search.address)
+    try:
+        return await measure(address, repo, plan, think_s)
+    finally:
+        terminate(process, timeout=20)
+        await search.shutdown()
+
+
+def start_service(workdir: Path, search_address: str) -> tuple[object, str]:
     port, metrics_port = free_port(), free_port()
     env = {
         **os.environ,
@@ -154,6 +233,7 @@ def start_service(workdir: Path) -> tuple[object, str]:
         "ETUDE_GRPC__METRICS_PORT": str(metrics_port),
         "ETUDE_ENVIRONMENT__ROOT_DIR": str(workdir / "environment"),
         "ETUDE_ENVIRONMENT__MAX_SESSIONS": "64",
+        "ETUDE_ENVIRONMENT__SEARCH_ADDRESS": search_address,
         "ETUDE_LOG__LEVEL": "WARNING",
     }
     argv = [sys.executable, "-m", "etude.environment"]
@@ -171,18 +251,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run, under a minute")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument(
+        "--think-ms", type=float, default=100, help="pause between a session's calls"
+    )
+    parser.add_argument("--search-ms", type=float, default=40, help="search server's answer time")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     with tempfile.TemporaryDirectory() as scratch:
         workdir = Path(scratch)
         repo = make_repository(workdir / "repo")
-        process, address = start_service(workdir)
-        try:
-            metrics = asyncio.run(measure(address, repo, plan))
-        finally:
-            terminate(process, timeout=20)
+        metrics = asyncio.run(run(repo, workdir, plan, args.think_ms / 1000, args.search_ms / 1000))
     print_metrics("environment latency (gRPC, 10 MB repository)", metrics)
-    write_json(args.json, "environment_latency", metrics, quick=args.quick, cores=os.cpu_count())
+    write_json(
+        args.json, "environment_latency", metrics,
+        quick=args.quick, cores=os.cpu_count(), think_ms=args.think_ms, search_ms=args.search_ms,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

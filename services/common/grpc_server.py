@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +104,14 @@ class ServiceRuntime:
         # "" is the whole server's status, the one probes ask for by default.
         for service in ["", *self.service_names]:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        # What exists at start-up (modules, stubs, servicers) lives as long as the process:
+        # move it out of the collector's sight, so full collections stay short pauses
+        # (without this, a 32-session read_file load showed ~100 ms stalls).
+        gc.collect()
+        gc.freeze()
+        # The event loop shares the GIL with worker threads (file tools run in threads);
+        # a 1 ms switch interval, not 5 ms, keeps a thread from holding up the replies.
+        sys.setswitchinterval(0.001)
         log.info(
             "%s serving",
             self.name,

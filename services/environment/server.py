@@ -11,12 +11,14 @@ import grpc
 from etude.api.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from etude.common.grpc_server import Registration
 from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
+from etude.environment.sandbox.sandbox import SandboxStartError
 from etude.environment.sessions import SessionManager
 from etude.environment.wire import call_from_proto, result_to_proto
 
 SERVICE_NAME = environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"].full_name
 
 _STATUS = {
+    SandboxStartError: grpc.StatusCode.INTERNAL,
     SessionNotFoundError: grpc.StatusCode.NOT_FOUND,
     SessionLimitError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     RepositoryError: grpc.StatusCode.INVALID_ARGUMENT,

@@ -37,9 +37,16 @@ class Session:
     task_id: str
     layout: Layout
     sandbox: Sandbox
+    booting: asyncio.Task[None]
+    """The sandbox's start, begun at creation and awaited at first use: it overlaps with
+    whatever the caller does next (in a rollout, generating the first turn)."""
     idle_ttl: float
     last_used: float
     submitted: bool = False
+
+    async def ready(self) -> Sandbox:
+        await asyncio.shield(self.booting)
+        return self.sandbox
 
 
 def choose_mode(config: EnvironmentConfig, bwrap: Bwrap | None) -> Mode:
@@ -109,14 +116,9 @@ class SessionManager:
             layout.session_dir.name, layout, self.config, self.config.backend, self.bwrap,
             self.cgroups, on_kill=self.observer.sandbox_killed,
         )  # fmt: skip
-        try:
-            await sandbox.start()
-        except BaseException:
-            await sandbox.stop()
-            await asyncio.to_thread(self.store.remove, layout)
-            raise
         session = Session(
             layout.session_dir.name, task_id, layout, sandbox,
+            asyncio.get_running_loop().create_task(sandbox.start()),
             ttl or self.config.idle_ttl_seconds, time.monotonic(),
         )  # fmt: skip
         self.sessions[session.id] = session
@@ -138,8 +140,9 @@ class SessionManager:
         parent = self.get(session_id)
         self._reserve()
         try:
+            parent_sandbox = await parent.ready()
             layout = await asyncio.to_thread(
-                self.store.fork, parent.layout, new_id("se"), parent.sandbox.root
+                self.store.fork, parent.layout, new_id("se"), parent_sandbox.root
             )
             return await self._open(parent.task_id, layout, parent.idle_ttl, started)
         finally:
@@ -150,10 +153,11 @@ class SessionManager:
     ) -> list[ExecutedCall]:
         session = self.get(session_id)
         session.last_used = time.monotonic()
+        sandbox = await session.ready()
         context = ToolContext(
             session_id=session.id,
-            root=session.sandbox.root,
-            shell=session.sandbox,
+            root=sandbox.root,
+            shell=sandbox,
             search=self.search,
             limits={
                 "default_timeout_s": int(self.config.default_timeout_seconds),
@@ -183,12 +187,16 @@ class SessionManager:
 
     async def diff(self, session_id: str) -> WorkspaceDiff:
         session = self.get(session_id)
-        return await asyncio.to_thread(diff_trees, session.layout.base, session.sandbox.root)
+        sandbox = await session.ready()
+        return await asyncio.to_thread(diff_trees, session.layout.base, sandbox.root)
 
     async def close(self, session_id: str, reason: str = "closed") -> None:
         session = self.sessions.pop(session_id, None)
         if session is None:
             raise SessionNotFoundError(f"no session {session_id!r}")
+        session.booting.cancel()
+        with contextlib.suppress(BaseException):
+            await session.booting
         await session.sandbox.stop()
         await asyncio.to_thread(self.store.remove, session.layout)
         self.observer.session_closed(reason, len(self.sessions))

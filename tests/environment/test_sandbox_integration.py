@@ -14,7 +14,8 @@ pytestmark = pytest.mark.integration
 
 
 async def run(manager, session, command: str, timeout_s: float = 30):
-    return await session.sandbox.run(command, timeout_s)
+    sandbox = await session.ready()
+    return await sandbox.run(command, timeout_s)
 
 
 async def still_usable(manager, session) -> None:

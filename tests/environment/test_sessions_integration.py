@@ -188,8 +188,12 @@ async def test_the_whole_api_over_grpc(grpc_environment, repo):
             call("read_file", 0, path="pkg/calc.py"),
             shell("echo out; echo err >&2; exit 3", 1),
             call("submit", 2, message="done"),
+            call("read_file", 3, path="missing.txt"),
+            call("run_terminal_command", 4, command="sleep 30", timeout_s="1"),
         ],
     )
+    assert results[3].error_reason == "not_found"
+    assert results[4].error_reason == "timeout" and results[4].exit_code == 124
     assert "return a + b" in results[0].output
     assert results[1].exit_code == 3 and "out" in results[1].output and "err" in results[1].output
     assert results[2].ends_episode and not results[0].ends_episode
@@ -210,4 +214,55 @@ async def test_the_whole_api_over_grpc(grpc_environment, repo):
     with urllib.request.urlopen(runtime.metrics_url, timeout=5) as response:
         metrics = response.read().decode()
     assert "etude_environment_live_sessions 3.0" in metrics
-    assert 'etude_environment_tool_call_seconds_count{tool="read_file"}' in metrics
+    assert 'etude_environment_tool_call_seconds_count{tool="read_file"} 2.0' in metrics
+    assert 'etude_environment_tool_errors_total{reason="not_found",tool="read_file"} 1.0' in metrics
+    assert 'etude_environment_sandbox_kills_total{reason="timeout"} 1.0' in metrics
+    assert 'etude_environment_sessions_closed_total{reason="closed"} 1.0' in metrics
+
+
+async def test_a_symlink_made_inside_the_sandbox_cannot_lead_tools_out(manager, repo):
+    session = await manager.create("t", repo)
+    await manager.execute(session.id, [shell("ln -s / rootlink; ln -s /etc etclink")])
+    results = await manager.execute(
+        session.id,
+        [
+            call("read_file", 0, path="rootlink/etc/passwd"),
+            call("read_file", 1, path="etclink/passwd"),
+            call("edit_file", 2, path="etclink/passwd", old_string="root", new_string="x"),
+            call("write_file", 3, path="rootlink/tmp/planted", content="x"),
+            call("list_dir", 4, path="rootlink"),
+            call("grep", 5, pattern="root", path="etclink"),
+        ],
+    )
+    assert [r.error_reason for r in results] == ["outside_workspace"] * 6
+    assert "root:" not in "".join(r.output for r in results)
+    [listing] = await manager.execute(session.id, [call("list_dir", 0)])
+    assert listing.exit_code == 0 and "pkg/" in listing.output
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode"), [("bwrap", "copy"), ("process", "copy")], ids=["bwrap-copy", "process"]
+)
+async def test_other_backends_and_modes_keep_the_same_behaviour(tmp_path, repo, backend, mode):
+    manager = SessionManager(make_config(tmp_path, backend=backend, workspace_mode=mode))
+    try:
+        env = InProcessEnvironment(manager)
+        opened = await env.create_session("t", str(repo))
+        assert (opened.workspace_mode, opened.sandbox_backend) == (mode, backend)
+        session = opened.session_id
+        results = await env.execute(
+            session,
+            [
+                shell("cd pkg && export N=7 && echo new > made.txt"),
+                shell("pwd; echo $N"),
+                call("read_file", 2, path="pkg/made.txt"),
+            ],
+        )
+        assert printed(results[1]).splitlines()[1] == "7"
+        assert printed(results[1]).splitlines()[0].endswith("/pkg")
+        assert "new" in results[2].output
+        child = await env.fork(session)
+        assert (await env.diff(child)).changed_paths == ["pkg/made.txt"]
+        assert (repo / "pkg" / "made.txt").exists() is False
+    finally:
+        await manager.close_all()

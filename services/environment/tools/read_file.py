@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from etude.environment.tools.arguments import parse_int
 from etude.environment.tools.base import ToolArgumentError, ToolContext, ToolOutput, tool
@@ -91,12 +92,31 @@ def _read(
         file.seek(0)
         for number, raw in enumerate(file, 1):
             page.offer(number, raw)
+            # Past the page (open-ended range) or past `end`: the rest only needs counting,
+            # which is done in bulk rather than line by line.
+            if (page.cut_at is not None and end is None) or (end is not None and number >= end):
+                lines, size = _count_rest(file)
+                page.total += lines
+                if end is None:
+                    page.unshown_chars += size
+                break
     if start > max(page.total, 1):
         return ToolOutput.error(
             "out_of_range",
             f"start_line={start} is past the end of {path}, which has {page.total} lines.",
         )
     return _render(page)
+
+
+def _count_rest(file: BinaryIO) -> tuple[int, int]:
+    """Lines and bytes left in `file`; a last line without a newline counts."""
+    lines = size = 0
+    last = b"\n"
+    while chunk := file.read(1 << 20):
+        lines += chunk.count(b"\n")
+        size += len(chunk)
+        last = chunk[-1:]
+    return lines + (last != b"\n"), size
 
 
 def _render(page: _Page) -> ToolOutput:
