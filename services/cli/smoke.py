@@ -1,9 +1,9 @@
 """`etude up --smoke`: prove a freshly started stack works end to end, then report.
 
-Checks every component's health and each service's /metrics page, then sends one entry
+Checks every component's health and each service's /metrics page, sends one entry
 through the work queue on the stack's Redis (put with an idempotency key, a repeated put,
-get, ack) and confirms the stream ends empty. The RL loop's smoke run replaces the queue
-check with a short training run once the services exist.
+get, ack) and confirms the stream ends empty, and drives one environment session through
+its tools (write, run, read, diff, close) in a throwaway repository.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import time
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis.asyncio as aioredis
 from rich.console import Console
@@ -22,6 +23,8 @@ from etude.common.ids import new_id
 from etude.common.payloads import RolloutRequest
 from etude.common.queue import WorkQueue
 from etude.common.settings import EtudeSettings
+from etude.common.toolcalls import ToolCall
+from etude.environment.client import GrpcEnvironment
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +79,52 @@ async def queue_round_trip(redis_url: str, settings: EtudeSettings) -> Check:
         await client.aclose()
 
 
+async def environment_round_trip(address: str, run_dir: Path, settings: EtudeSettings) -> Check:
+    repo = run_dir / "smoke-repository"
+    repo.mkdir(parents=True, exist_ok=True)
+    (repo / "hello.py").write_text("print('hello')\n")
+    env = GrpcEnvironment(address, settings.client)
+    started = time.perf_counter()
+    try:
+        opened = await env.create_session("smoke", str(repo))
+        results = await env.execute(
+            opened.session_id,
+            [
+                ToolCall("write_file", {"path": "made.txt", "content": "made\n"}, "call_0"),
+                ToolCall("run_terminal_command", {"command": "python3 hello.py"}, "call_1"),
+                ToolCall("read_file", {"path": "made.txt"}, "call_2"),
+            ],
+        )
+        diff = await env.diff(opened.session_id)
+        await env.close_session(opened.session_id)
+    finally:
+        await env.close()
+    ok = (
+        all(r.exit_code == 0 for r in results)
+        and results[1].output.startswith("hello")
+        and "made" in results[2].output
+        and diff.changed_paths == ["made.txt"]
+    )
+    millis = (time.perf_counter() - started) * 1000
+    detail = f"{opened.workspace_mode} workspace, {opened.sandbox_backend}, {millis:.0f} ms"
+    return Check("environment session", ok, detail)
+
+
+def _check(name: str, coroutine) -> Check:
+    try:
+        return asyncio.run(coroutine)
+    except Exception as error:  # a failed check is reported, not raised
+        return Check(name, False, repr(error))
+
+
 def run_smoke(settings: EtudeSettings, status: StackStatus, console: Console) -> bool:
     checks = component_checks(status)
-    try:
-        checks.append(asyncio.run(queue_round_trip(status.redis_url, settings)))
-    except Exception as error:  # a failed check is reported, not raised
-        checks.append(Check("queue put → get → ack", False, repr(error)))
+    checks.append(_check("queue put → get → ack", queue_round_trip(status.redis_url, settings)))
+    environment = next((c for c in status.components if c.name == "environment"), None)
+    if environment is not None:
+        run_dir = Path(status.run_dir)
+        round_trip = environment_round_trip(environment.address, run_dir, settings)
+        checks.append(_check("environment session", round_trip))
     table = Table(title="Smoke check")
     for column in ("check", "result", "detail"):
         table.add_column(column)

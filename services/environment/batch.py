@@ -52,13 +52,19 @@ async def run_batch(
     async def one(index: int) -> None:
         results[index] = await timed(calls[index], run)
 
+    async def together(indices: list[int]) -> None:
+        if len(indices) == 1:
+            await one(indices[0])  # no task to create for a lone call, the common case
+        elif indices:
+            await asyncio.gather(*(one(i) for i in indices))
+
     concurrent: list[int] = []
     for index, call in enumerate(calls):
         if parallel and read_only(call.name):
             concurrent.append(index)
             continue
-        await asyncio.gather(*(one(i) for i in concurrent))
+        await together(concurrent)
         concurrent = []
         await one(index)
-    await asyncio.gather(*(one(i) for i in concurrent))
+    await together(concurrent)
     return [r for r in results if r is not None]

