@@ -6,6 +6,8 @@ Bytes are kept with room for multi-byte characters, then cut to characters at th
 
 from __future__ import annotations
 
+from etude.environment.tools.output import cap_output, join_cut
+
 _BYTES_PER_CHAR = 4  # the most UTF-8 needs
 # Every byte value except UTF-8 continuation bytes (0b10xxxxxx), for counting characters.
 _NOT_CONTINUATION = bytes(b for b in range(256) if b & 0xC0 != 0x80)
@@ -44,17 +46,9 @@ class CappedOutput:
         """The output, at most head + tail characters, and how many characters were cut."""
         head = self._head.decode("utf-8", errors="replace")
         tail = self._tail.decode("utf-8", errors="replace")
-        cut = self.dropped_chars
-        if not cut:
-            head, tail = head + tail, ""
-        elif len(tail) > self.tail_chars:
-            cut += len(tail) - self.tail_chars
-            tail = tail[len(tail) - self.tail_chars :]
-        if len(head) + len(tail) > self.head_chars + self.tail_chars:
-            rest = head[self.head_chars :] + tail
-            kept_tail = rest[-self.tail_chars :] if self.tail_chars else ""
-            cut += len(rest) - len(kept_tail)
-            head, tail = head[: self.head_chars], kept_tail
-        if cut == 0:
-            return head + tail, 0
-        return f"{head}\n[… {cut} characters cut …]\n{tail}", cut
+        if not self.dropped_chars:
+            return cap_output(head + tail, self.head_chars, self.tail_chars)
+        kept_head = head[: self.head_chars]
+        kept_tail = tail[len(tail) - self.tail_chars :] if self.tail_chars else ""
+        cut = self.dropped_chars + len(head) - len(kept_head) + len(tail) - len(kept_tail)
+        return join_cut(kept_head, cut, kept_tail), cut

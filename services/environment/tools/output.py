@@ -16,7 +16,12 @@ def cap_output(text: str, head: int = 5000, tail: int = 5000) -> tuple[str, int]
     if cut <= 0:
         return text, 0
     ending = text[len(text) - tail :] if tail else ""
-    return f"{text[:head]}\n[… {cut} characters cut …]\n{ending}", cut
+    return join_cut(text[:head], cut, ending), cut
+
+
+def join_cut(head: str, cut: int, tail: str) -> str:
+    """The kept start and end of a text with the mark of what is missing between them."""
+    return f"{head}\n[… {cut} characters cut …]\n{tail}"
 
 
 def numbered_line(number: int, line: str) -> str:
