@@ -22,6 +22,7 @@ from rich.table import Table
 
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
 from etude.cli.status import StackStatus, read_status
+from etude.cli.tasks import app as tasks_app
 from etude.common.logging import configure_logging
 from etude.common.settings import EtudeSettings, get_settings
 
@@ -32,6 +33,7 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console(stderr=True)
+app.add_typer(tasks_app, name="tasks")
 
 RunDirOption = Annotated[
     Path | None,

@@ -8,12 +8,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("session_id", "task_id")
+    __slots__ = ("session_id", "task_id", "patch")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    PATCH_FIELD_NUMBER: _ClassVar[int]
     session_id: _common_pb2.SessionId
     task_id: _common_pb2.TaskId
-    def __init__(self, session_id: _Optional[_Union[_common_pb2.SessionId, _Mapping]] = ..., task_id: _Optional[_Union[_common_pb2.TaskId, _Mapping]] = ...) -> None: ...
+    patch: str
+    def __init__(self, session_id: _Optional[_Union[_common_pb2.SessionId, _Mapping]] = ..., task_id: _Optional[_Union[_common_pb2.TaskId, _Mapping]] = ..., patch: _Optional[str] = ...) -> None: ...
 
 class TestOutcome(_message.Message):
     __slots__ = ("test_id", "passed")
@@ -24,7 +26,7 @@ class TestOutcome(_message.Message):
     def __init__(self, test_id: _Optional[str] = ..., passed: _Optional[bool] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("reward", "components", "fail_to_pass", "pass_to_pass", "seconds")
+    __slots__ = ("reward", "components", "fail_to_pass", "pass_to_pass", "seconds", "error")
     class ComponentsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -37,9 +39,11 @@ class ScoreResponse(_message.Message):
     FAIL_TO_PASS_FIELD_NUMBER: _ClassVar[int]
     PASS_TO_PASS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     reward: float
     components: _containers.ScalarMap[str, float]
     fail_to_pass: _containers.RepeatedCompositeFieldContainer[TestOutcome]
     pass_to_pass: _containers.RepeatedCompositeFieldContainer[TestOutcome]
     seconds: float
-    def __init__(self, reward: _Optional[float] = ..., components: _Optional[_Mapping[str, float]] = ..., fail_to_pass: _Optional[_Iterable[_Union[TestOutcome, _Mapping]]] = ..., pass_to_pass: _Optional[_Iterable[_Union[TestOutcome, _Mapping]]] = ..., seconds: _Optional[float] = ...) -> None: ...
+    error: str
+    def __init__(self, reward: _Optional[float] = ..., components: _Optional[_Mapping[str, float]] = ..., fail_to_pass: _Optional[_Iterable[_Union[TestOutcome, _Mapping]]] = ..., pass_to_pass: _Optional[_Iterable[_Union[TestOutcome, _Mapping]]] = ..., seconds: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...

@@ -132,7 +132,7 @@ def sandbox_argv(
     *,
     workspace_args: list[str],
     ro_binds: tuple[str, ...],
-    info_fd: int,
+    info_fd: int | None,
     command: list[str],
 ) -> list[str]:
     """Namespaces (only loopback inside), read-only system, private /tmp, cleared env."""
@@ -160,11 +160,10 @@ def sandbox_argv(
         "--setenv", "LANG", "C.UTF-8",
         "--setenv", "TERM", "dumb",
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-        "--info-fd", str(info_fd),
-        "--",
-        *command,
     ]  # fmt: skip
-    return args
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
+    return [*args, "--", *command]
 
 
 def overlay_args(lowers: list[Path], upper: Path, work: Path) -> list[str]:

@@ -1,0 +1,133 @@
+"""`etude tasks …`: synthesize, materialize and list tasks."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from etude.environment.sandbox.bwrap import find_bwrap
+from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE, build_buggy_repository, materialize
+from etude.tasks.synth.synthesize import (
+    Project,
+    SynthOptions,
+    kept_mutants,
+    load_project,
+    to_task,
+)
+from etude.tasks.task import Task, read_jsonl, write_jsonl
+
+app = typer.Typer(help="Coding tasks: synthesize them, build their repositories, list them.")
+console = Console(stderr=True)
+
+# The projects whose tasks are held out of training, to measure generalization.
+HELD_OUT = frozenset({"urlroute", "throttle"})
+
+
+def _projects(names: list[str], paths: list[Path]) -> list[Project]:
+    projects = []
+    if not names and not paths:
+        names = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "tests").is_dir())
+    for name in names:
+        projects.append(load_project(PROJECTS_DIR / name, name))
+    for path in paths:
+        projects.append(load_project(_unpacked(path)))
+    return projects
+
+
+def _unpacked(path: Path) -> Path:
+    """A project directory, or an sdist (.tar.gz / .zip) unpacked to a temporary one."""
+    if path.is_dir():
+        return path
+    scratch = Path(tempfile.mkdtemp(prefix="etude-sdist-"))
+    if path.name.endswith((".tar.gz", ".tgz")):
+        with tarfile.open(path) as archive:
+            archive.extractall(scratch, filter="data")
+    elif path.suffix == ".zip":
+        with zipfile.ZipFile(path) as archive:
+            archive.extractall(scratch)
+    else:
+        raise typer.BadParameter(f"{path}: not a directory, .tar.gz or .zip")
+    roots = [p for p in scratch.iterdir() if p.is_dir()]
+    return roots[0] if len(roots) == 1 else scratch
+
+
+@app.command()
+def synth(
+    project: Annotated[list[str], typer.Option(help="A bundled etude-mini project.")] = [],  # noqa: B006
+    path: Annotated[list[Path], typer.Option(help="A project directory or sdist.")] = [],  # noqa: B006
+    out: Annotated[Path, typer.Option(help="JSONL file to write.")] = TASKS_FILE,
+    per_project: Annotated[int, typer.Option(help="Tasks kept per project.")] = 20,
+    max_failing: Annotated[int, typer.Option(help="Most tests a kept bug may fail.")] = 8,
+    seed: Annotated[int, typer.Option(help="Fixes which mutations are tried first.")] = 0,
+    workers: Annotated[int, typer.Option(help="Suites run at once.")] = os.cpu_count() or 1,
+) -> None:
+    """Mutate projects, keep bugs their tests catch, write SWE-bench-style records."""
+    options = SynthOptions(seed, per_project, max_failing, workers=workers, held_out=HELD_OUT)
+    bwrap = find_bwrap(None)
+    tasks: list[Task] = []
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("tried {task.fields[tried]}"), TimeElapsedColumn(),
+    )  # fmt: skip
+    with Progress(*columns, console=console) as progress:
+        for item in _projects(project, path):
+            bar = progress.add_task(item.name, total=per_project, tried=0)
+
+            def on_tried(tried: int, kept: int, bar=bar) -> None:
+                progress.update(bar, completed=kept, tried=tried)
+
+            for kept in kept_mutants(item, options, bwrap, on_tried):
+                with tempfile.TemporaryDirectory() as scratch:
+                    preview = to_task(item, kept, options, base_commit="")
+                    commit = build_buggy_repository(
+                        item, preview.metadata["bug_patch"], Path(scratch)
+                    )
+                tasks.append(to_task(item, kept, options, base_commit=commit))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    count = write_jsonl(out, tasks)
+    held_out = sum(t.split == "held_out" for t in tasks)
+    console.print(f"Wrote {count} tasks to {out} ({count - held_out} train, {held_out} held out).")
+
+
+@app.command("materialize")
+def materialize_command(
+    tasks: Annotated[Path, typer.Option(help="JSONL file of tasks.")] = TASKS_FILE,
+    cache: Annotated[Path, typer.Option(help="Where repositories go.")] = Path(".etude/tasks"),
+    checkouts: Annotated[Path | None, typer.Option(help="Checkouts for SWE-bench tasks.")] = None,
+    task_id: Annotated[list[str], typer.Option("--id", help="Only these tasks.")] = [],  # noqa: B006
+) -> None:
+    """Build each task's single-commit repository in the cache."""
+    selected = [t for t in read_jsonl(tasks) if not task_id or t.id in task_id]
+    with Progress(console=console) as progress:
+        for task in progress.track(selected, description="materializing"):
+            materialize(task, cache, checkouts_dir=checkouts)
+    console.print(f"{len(selected)} repositories in {cache}")
+
+
+@app.command("list")
+def list_command(
+    tasks: Annotated[Path, typer.Option(help="JSONL file of tasks.")] = TASKS_FILE,
+    split: Annotated[str | None, typer.Option(help="train or held_out.")] = None,
+) -> None:
+    """Count tasks by project, split and mutation."""
+    table = Table(title=str(tasks))
+    for column in ("project", "split", "tasks", "kinds"):
+        table.add_column(column)
+    groups: dict[tuple[str, str], list[Task]] = {}
+    for task in read_jsonl(tasks):
+        if split is None or task.split == split:
+            key = (str(task.metadata.get("project", task.repo)), task.split)
+            groups.setdefault(key, []).append(task)
+    for (name, part), members in sorted(groups.items()):
+        kinds = sorted({str(t.metadata.get("mutation", "")) for t in members})
+        table.add_row(name, part, str(len(members)), ", ".join(kinds))
+    Console().print(table)

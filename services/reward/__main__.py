@@ -1,0 +1,29 @@
+"""`python -m etude.reward`: the reward service on its own."""
+
+from __future__ import annotations
+
+import contextlib
+
+from etude.common.grpc_server import Registration, run_service
+from etude.environment.client import GrpcEnvironment
+from etude.environment.sandbox.bwrap import find_bwrap
+from etude.reward.config import RewardSettings
+from etude.reward.grader import Grader
+from etude.reward.server import RewardServicer, registration
+from etude.reward.store import TaskStore
+
+
+async def build(
+    settings: RewardSettings, resources: contextlib.AsyncExitStack
+) -> list[Registration]:
+    config = settings.resolved()
+    environment = None
+    if config.environment_address:
+        environment = GrpcEnvironment(config.environment_address, settings.client)
+        resources.push_async_callback(environment.close)
+    grader = Grader(config, find_bwrap(None))
+    return [registration(RewardServicer(grader, TaskStore(config.tasks_files), environment))]
+
+
+if __name__ == "__main__":
+    run_service("reward", build, RewardSettings())

@@ -1,0 +1,1 @@
+"""Tasks: what an agent is asked to do, and the hidden tests that check it."""
