@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from etude.common.settings import EtudeSettings, reference_markdown
 from etude.environment.config import EnvironmentSettings
+from etude.reward.config import RewardSettings
 
-ALL_SETTINGS = (EtudeSettings, EnvironmentSettings)
+ALL_SETTINGS = (EtudeSettings, EnvironmentSettings, RewardSettings)
 
 
 def configuration_markdown() -> str:

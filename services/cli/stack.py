@@ -81,6 +81,7 @@ class LocalStack:
         self.run_dir = settings.stack.run_dir.resolve()
         self.redis: RedisServer | None = None
         self.processes: dict[str, Popen[bytes]] = {}
+        self.addresses: dict[str, str] = {}
         self.state: StackState | None = None
 
     @property
@@ -110,7 +111,10 @@ class LocalStack:
                 )
             )
             for spec in self.services:
-                self.state.components.append(self._start_service(spec))
+                component = self._start_service(spec)
+                self.state.components.append(component)
+                # Services started later find this one through ETUDE_SERVICES__<NAME>.
+                self.addresses[f"ETUDE_SERVICES__{spec.name.upper()}"] = component.address
                 self.state.write(self.state_path)
             self.state.write(self.state_path)
             return self.state
@@ -130,6 +134,7 @@ class LocalStack:
                 "ETUDE_GRPC__METRICS_PORT": str(metrics_port),
                 "ETUDE_REDIS__URL": self.redis.url if self.redis else "",
                 "ETUDE_STACK__RUN_DIR": str(self.run_dir),
+                **self.addresses,
             }
             proc = spawn(spec.argv, log_path=log_path, env=env)
             self.processes[spec.name] = proc

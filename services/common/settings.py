@@ -90,6 +90,20 @@ class StackSettings(Section):
     """How long a component may take to exit after SIGTERM before it is killed."""
 
 
+class ServiceAddresses(Section):
+    """Where each service answers (`host:port`); `etude up` fills these in for the
+    services it starts after the named one, a Helm release sets them to Service names."""
+
+    environment: str | None = None
+    """The environment service."""
+    search: str | None = None
+    """The search service."""
+    reward: str | None = None
+    """The reward service."""
+    inference: str | None = None
+    """The inference service."""
+
+
 class EtudeSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ETUDE_", env_nested_delimiter="__", extra="ignore", frozen=True
@@ -101,6 +115,7 @@ class EtudeSettings(BaseSettings):
     queue: QueueSettings = QueueSettings()
     log: LogSettings = LogSettings()
     stack: StackSettings = StackSettings()
+    services: ServiceAddresses = ServiceAddresses()
 
 
 def reference_markdown(*settings_classes: type[BaseSettings]) -> str:

@@ -53,8 +53,9 @@ class EnvironmentConfig(Section):
     """Extra host directories visible read-only inside the sandbox at the same path (for
     a toolchain the tasks need). The Python that runs the service is always visible."""
     search_address: str | None = None
-    """`host:port` of the search service for `codebase_search`; unset: the tool reports
-    that search is unavailable."""
+    """`host:port` of the search service for `codebase_search`; unset:
+    `ETUDE_SERVICES__SEARCH`, and without either the tool reports that search is
+    unavailable."""
 
 
 class EnvironmentSettings(EtudeSettings):
@@ -62,7 +63,9 @@ class EnvironmentSettings(EtudeSettings):
 
     def resolved(self) -> EnvironmentConfig:
         """The environment section with its defaults that depend on other sections filled."""
-        if self.environment.root_dir is not None:
-            return self.environment
-        root = self.stack.run_dir / "environment"
-        return self.environment.model_copy(update={"root_dir": root})
+        return self.environment.model_copy(
+            update={
+                "root_dir": self.environment.root_dir or self.stack.run_dir / "environment",
+                "search_address": self.environment.search_address or self.services.search,
+            }
+        )

@@ -7,18 +7,21 @@ from pathlib import Path
 from pydantic import Field
 
 from etude.common.settings import EtudeSettings, Section
-from etude.tasks.materialize import TASKS_FILE
+from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE
 
 
 class RewardConfig(Section):
     tasks_files: tuple[Path, ...] = (TASKS_FILE,)
     """JSONL files of the tasks this service grades (the bundled etude-mini set by default)."""
+    projects_dir: Path = PROJECTS_DIR
+    """Where the projects of `etude-mini/<name>` tasks live."""
     cache_dir: Path | None = None
     """Where task repositories are built; unset: `<stack run dir>/tasks`."""
     checkouts_dir: Path | None = None
     """Repository checkouts for SWE-bench-style tasks."""
     environment_address: str | None = None
-    """`host:port` of the environment service, where sessions' diffs come from."""
+    """`host:port` of the environment service, where sessions' diffs come from; unset:
+    `ETUDE_SERVICES__ENVIRONMENT`."""
     timeout_seconds: float = Field(default=120.0, gt=0)
     """How long the hidden tests may run; past it the score is 0."""
     reward_function: str = "binary"
@@ -32,6 +35,12 @@ class RewardSettings(EtudeSettings):
     reward: RewardConfig = RewardConfig()
 
     def resolved(self) -> RewardConfig:
-        if self.reward.cache_dir is not None:
-            return self.reward
-        return self.reward.model_copy(update={"cache_dir": self.stack.run_dir / "tasks"})
+        """The reward section with the defaults that depend on other sections filled."""
+        return self.reward.model_copy(
+            update={
+                "cache_dir": self.reward.cache_dir or self.stack.run_dir / "tasks",
+                "environment_address": (
+                    self.reward.environment_address or self.services.environment
+                ),
+            }
+        )

@@ -85,8 +85,9 @@ class Grader:
         started = time.perf_counter()
         async with self._materialize_lock:  # two graders must not build one repository
             base = await asyncio.to_thread(
-                materialize, task, self.config.cache_dir, checkouts_dir=self.config.checkouts_dir
-            )
+                materialize, task, self.config.cache_dir, self.config.projects_dir,
+                self.config.checkouts_dir,
+            )  # fmt: skip
         score = await asyncio.to_thread(self._grade, task, patch, base)
         return Score(
             score.reward, score.components, score.fail_to_pass, score.pass_to_pass,

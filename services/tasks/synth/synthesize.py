@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -27,6 +26,9 @@ from etude.tasks.task import DEFAULT_TEST_COMMAND, Task
 from etude.tasks.testrun import TestRun, run_pytest
 
 TEST_DIR = "tests"
+# Plugins installed beside pytest (hypothesis, asyncio, …) are not what these suites need,
+# and loading them more than doubles every run.
+SUITE_COMMAND = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {DEFAULT_TEST_COMMAND}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,7 @@ def _run_mutant(
             target = workdir / mutation.path
             target.write_text(mutation.apply(target.read_text()))
         return run_pytest(
-            workdir, DEFAULT_TEST_COMMAND, bwrap=bwrap, config=EnvironmentConfig(),
+            workdir, SUITE_COMMAND, bwrap=bwrap, config=EnvironmentConfig(),
             timeout_s=timeout_s,
         )  # fmt: skip
 
@@ -198,6 +200,7 @@ def to_task(project: Project, kept: Kept, options: SynthOptions, base_commit: st
         test_patch=test_patch,
         fail_to_pass=tuple(kept.fail_to_pass),
         pass_to_pass=tuple(kept.pass_to_pass),
+        test_command=SUITE_COMMAND,
         gold_patch=gold_patch,
         metadata={
             "source": "etude-mini",
@@ -210,13 +213,3 @@ def to_task(project: Project, kept: Kept, options: SynthOptions, base_commit: st
             "seed": options.seed,
         },
     )
-
-
-def scratch_copy(project: Project) -> Path:
-    workdir = Path(tempfile.mkdtemp(prefix="etude-task-"))
-    copy_files(project.root, workdir, project.files)
-    return workdir
-
-
-def discard(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
