@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv proto docs run up test lint format bench clean
+.PHONY: venv proto docs run up test verify-tasks lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ up: $(STAMP)  ## Start the local stack and keep it running (Ctrl-C stops it).
 
 test: $(STAMP)  ## The whole default test suite (GPU and cluster tests skip themselves).
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+verify-tasks: $(STAMP)  ## Every bundled task: its bug is caught and its gold patch fixes it.
+	$(BIN)/etude tasks verify
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

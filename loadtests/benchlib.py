@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -51,3 +54,29 @@ def print_metrics(title: str, metrics: dict) -> None:
             key, f"{entry['value']:,}", entry["unit"], "" if target is None else str(target)
         )
     Console().print(table)
+
+
+def start_service(module: str, workdir: Path, **env: str) -> tuple[object, str]:
+    """`python -m <module>` on free loopback ports with `env` added (ETUDE_* settings);
+    returns the process and its gRPC address once its health check says SERVING."""
+    from etude.common.grpc_client import health_status
+    from etude.common.net import free_port
+    from etude.common.processes import spawn
+
+    port = free_port()
+    variables = {
+        **os.environ,
+        "ETUDE_GRPC__PORT": str(port),
+        "ETUDE_GRPC__METRICS_PORT": str(free_port()),
+        "ETUDE_LOG__LEVEL": "WARNING",
+        **env,
+    }
+    log = workdir / f"{module}.log"
+    process = spawn([sys.executable, "-m", module], log_path=log, env=variables)
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while health_status(address, timeout=0.5) != "SERVING":
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(log.read_text())
+        time.sleep(0.1)
+    return process, address

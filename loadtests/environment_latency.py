@@ -23,19 +23,16 @@ import argparse
 import asyncio
 import os
 import random
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import median, metric, percentile, print_metrics, write_json
+from benchlib import median, metric, percentile, print_metrics, start_service, write_json
 
 from etude.api.v1 import search_pb2, search_pb2_grpc
-from etude.common.grpc_client import health_status
 from etude.common.grpc_server import Registration, ServiceRuntime
-from etude.common.net import free_port
-from etude.common.processes import spawn, terminate
+from etude.common.processes import terminate
 from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment
@@ -217,34 +214,17 @@ async def run(repo: Path, workdir: Path, plan: Plan, think_s: float, search_s: f
         ],
     )
     await search.start()
-    process, address = await asyncio.to_thread(start_service, workdir, search.address)
+    process, address = await asyncio.to_thread(
+        start_service, "etude.environment", workdir,
+        ETUDE_ENVIRONMENT__ROOT_DIR=str(workdir / "environment"),
+        ETUDE_ENVIRONMENT__MAX_SESSIONS="64",
+        ETUDE_ENVIRONMENT__SEARCH_ADDRESS=search.address,
+    )  # fmt: skip
     try:
         return await measure(address, repo, plan, think_s)
     finally:
         terminate(process, timeout=20)
         await search.shutdown()
-
-
-def start_service(workdir: Path, search_address: str) -> tuple[object, str]:
-    port, metrics_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "ETUDE_GRPC__PORT": str(port),
-        "ETUDE_GRPC__METRICS_PORT": str(metrics_port),
-        "ETUDE_ENVIRONMENT__ROOT_DIR": str(workdir / "environment"),
-        "ETUDE_ENVIRONMENT__MAX_SESSIONS": "64",
-        "ETUDE_ENVIRONMENT__SEARCH_ADDRESS": search_address,
-        "ETUDE_LOG__LEVEL": "WARNING",
-    }
-    argv = [sys.executable, "-m", "etude.environment"]
-    process = spawn(argv, log_path=workdir / "environment.log", env=env)
-    address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while health_status(address, timeout=0.5) != "SERVING":
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((workdir / "environment.log").read_text())
-        time.sleep(0.1)
-    return process, address
 
 
 def main() -> None:

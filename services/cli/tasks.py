@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
 import tarfile
 import tempfile
 import zipfile
@@ -24,6 +26,7 @@ from etude.tasks.synth.synthesize import (
     to_task,
 )
 from etude.tasks.task import Task, read_jsonl, write_jsonl
+from etude.tasks.verify import Verdict, verify_all
 
 app = typer.Typer(help="Coding tasks: synthesize them, build their repositories, list them.")
 console = Console(stderr=True)
@@ -60,6 +63,13 @@ def _unpacked(path: Path) -> Path:
     return roots[0] if len(roots) == 1 else scratch
 
 
+def _bar_columns(counter: str = "failed") -> tuple:
+    return (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn(f"{counter} {{task.fields[tried]}}"), TimeElapsedColumn(),
+    )  # fmt: skip
+
+
 @app.command()
 def synth(
     project: Annotated[list[str], typer.Option(help="A bundled etude-mini project.")] = [],  # noqa: B006
@@ -74,11 +84,7 @@ def synth(
     options = SynthOptions(seed, per_project, max_failing, workers=workers, held_out=HELD_OUT)
     bwrap = find_bwrap(None)
     tasks: list[Task] = []
-    columns = (
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("tried {task.fields[tried]}"), TimeElapsedColumn(),
-    )  # fmt: skip
-    with Progress(*columns, console=console) as progress:
+    with Progress(*_bar_columns("tried"), console=console) as progress:
         for item in _projects(project, path):
             bar = progress.add_task(item.name, total=per_project, tried=0)
 
@@ -131,3 +137,31 @@ def list_command(
         kinds = sorted({str(t.metadata.get("mutation", "")) for t in members})
         table.add_row(name, part, str(len(members)), ", ".join(kinds))
     Console().print(table)
+
+
+@app.command()
+def verify(
+    tasks: Annotated[Path, typer.Option(help="JSONL file of tasks.")] = TASKS_FILE,
+    sample: Annotated[int, typer.Option(help="Check this many, chosen by --seed (0: all).")] = 0,
+    seed: Annotated[int, typer.Option(help="Chooses the sample.")] = 0,
+    cache: Annotated[Path, typer.Option(help="Where repositories go.")] = Path(".etude/tasks"),
+    workers: Annotated[int, typer.Option(help="Tasks checked at once.")] = os.cpu_count() or 1,
+) -> None:
+    """Check that each task's bug fails its FAIL_TO_PASS tests and its gold patch fixes them."""
+    selected = list(read_jsonl(tasks))
+    if sample:
+        selected = random.Random(seed).sample(selected, min(sample, len(selected)))
+    failed: list[Verdict] = []
+    with Progress(*_bar_columns(), console=console) as progress:
+        bar = progress.add_task("verifying", total=len(selected), tried=0)
+
+        def on_done(verdict: Verdict) -> None:
+            if not verdict.ok:
+                failed.append(verdict)
+            progress.update(bar, advance=1, tried=len(failed))
+
+        asyncio.run(verify_all(selected, cache, find_bwrap(None), workers, on_done=on_done))
+    for verdict in failed:
+        console.print(f"[red]{verdict.task_id}[/]: {verdict.problem}")
+    console.print(f"{len(selected) - len(failed)} of {len(selected)} tasks verified.")
+    raise typer.Exit(1 if failed else 0)

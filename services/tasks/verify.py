@@ -1,0 +1,52 @@
+"""Checking tasks end to end with the grader: on the buggy repository every FAIL_TO_PASS
+test fails and every PASS_TO_PASS test passes; with the gold patch all pass."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from etude.environment.sandbox.bwrap import Bwrap
+from etude.reward.config import RewardConfig
+from etude.reward.grader import Grader
+from etude.tasks.materialize import PROJECTS_DIR
+from etude.tasks.task import Task
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    task_id: str
+    ok: bool
+    problem: str = ""
+
+
+async def verify_task(grader: Grader, task: Task) -> Verdict:
+    buggy = await grader.score(task, "")
+    if buggy.error:
+        return Verdict(task.id, False, buggy.error)
+    still_passing = [t for t, passed in buggy.fail_to_pass.items() if passed]
+    broken = [t for t, passed in buggy.pass_to_pass.items() if not passed]
+    if still_passing or broken:
+        return Verdict(task.id, False, f"buggy: passing {still_passing}, failing {broken}")
+    fixed = await grader.score(task, task.gold_patch)
+    if fixed.reward != 1.0:
+        failing = [t for t, p in (fixed.fail_to_pass | fixed.pass_to_pass).items() if not p]
+        return Verdict(task.id, False, f"gold patch leaves failing {failing} {fixed.error}")
+    return Verdict(task.id, True)
+
+
+async def verify_all(
+    tasks: list[Task], cache_dir: Path, bwrap: Bwrap | None, concurrency: int = 2,
+    projects_dir: Path = PROJECTS_DIR, on_done=lambda verdict: None,
+) -> list[Verdict]:  # fmt: skip
+    grader = Grader(RewardConfig(cache_dir=cache_dir, projects_dir=projects_dir), bwrap)
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(task: Task) -> Verdict:
+        async with limit:
+            verdict = await verify_task(grader, task)
+        on_done(verdict)
+        return verdict
+
+    return await asyncio.gather(*(one(t) for t in tasks))
