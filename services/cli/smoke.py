@@ -3,7 +3,8 @@
 Checks every component's health and each service's /metrics page, sends one entry
 through the work queue on the stack's Redis (put with an idempotency key, a repeated put,
 get, ack) and confirms the stream ends empty, and drives one environment session through
-its tools (write, run, read, diff, close) in a throwaway repository.
+its tools (write, run, read, diff, close) in a throwaway repository, and has the reward
+service grade a bundled task's gold patch.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import redis.asyncio as aioredis
 from rich.console import Console
 from rich.table import Table
 
+from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
 from etude.cli.status import StackStatus
 from etude.common.ids import new_id
 from etude.common.payloads import RolloutRequest
@@ -25,6 +28,8 @@ from etude.common.queue import WorkQueue
 from etude.common.settings import EtudeSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment
+from etude.tasks.materialize import TASKS_FILE
+from etude.tasks.task import read_jsonl
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,22 @@ async def environment_round_trip(address: str, run_dir: Path, settings: EtudeSet
     return Check("environment session", ok, detail)
 
 
+async def reward_round_trip(address: str, settings: EtudeSettings) -> Check:
+    """Grade the first bundled task with its gold patch: a real sandboxed test run."""
+    task = next(read_jsonl(TASKS_FILE))
+    started = time.perf_counter()
+    async with grpc.aio.insecure_channel(address) as channel:
+        reply = await reward_pb2_grpc.RewardServiceStub(channel).Score(
+            reward_pb2.ScoreRequest(
+                task_id=common_pb2.TaskId(value=task.id), patch=task.gold_patch
+            ),
+            timeout=settings.client.timeout_seconds * 4,
+        )
+    millis = (time.perf_counter() - started) * 1000
+    detail = f"{task.id}: reward {reply.reward:g}, {millis:.0f} ms {reply.error}".strip()
+    return Check("reward of a gold patch", reply.reward == 1.0, detail)
+
+
 def _check(name: str, coroutine) -> Check:
     try:
         return asyncio.run(coroutine)
@@ -125,6 +146,9 @@ def run_smoke(settings: EtudeSettings, status: StackStatus, console: Console) ->
         run_dir = Path(status.run_dir)
         round_trip = environment_round_trip(environment.address, run_dir, settings)
         checks.append(_check("environment session", round_trip))
+    reward = next((c for c in status.components if c.name == "reward"), None)
+    if reward is not None:
+        checks.append(_check("reward of a gold patch", reward_round_trip(reward.address, settings)))
     table = Table(title="Smoke check")
     for column in ("check", "result", "detail"):
         table.add_column(column)

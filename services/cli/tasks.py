@@ -78,10 +78,11 @@ def synth(
     per_project: Annotated[int, typer.Option(help="Tasks kept per project.")] = 20,
     max_failing: Annotated[int, typer.Option(help="Most tests a kept bug may fail.")] = 8,
     seed: Annotated[int, typer.Option(help="Fixes which mutations are tried first.")] = 0,
+    timeout: Annotated[float, typer.Option(help="Seconds a mutant's suite may run.")] = 15.0,
     workers: Annotated[int, typer.Option(help="Suites run at once.")] = os.cpu_count() or 1,
 ) -> None:
     """Mutate projects, keep bugs their tests catch, write SWE-bench-style records."""
-    options = SynthOptions(seed, per_project, max_failing, workers=workers, held_out=HELD_OUT)
+    options = SynthOptions(seed, per_project, max_failing, timeout, workers, HELD_OUT)
     bwrap = find_bwrap(None)
     tasks: list[Task] = []
     with Progress(*_bar_columns("tried"), console=console) as progress:

@@ -14,7 +14,12 @@ BROKEN = {"t::c": False}
 
 @pytest.mark.parametrize(
     ("fail_to_pass", "pass_to_pass", "binary", "partial"),
-    [(FIXED, KEPT, 1.0, 1.0), (HALF, KEPT, 0.0, 0.5), (FIXED, BROKEN, 0.0, 0.0), ({}, {}, 0.0, 1.0)],
+    [
+        (FIXED, KEPT, 1.0, 1.0),
+        (HALF, KEPT, 0.0, 0.5),
+        (FIXED, BROKEN, 0.0, 0.0),
+        ({}, {}, 0.0, 1.0),
+    ],
 )
 def test_binary_and_partial(fail_to_pass, pass_to_pass, binary, partial):
     outcome = Outcome(fail_to_pass, pass_to_pass, {})

@@ -66,7 +66,8 @@ class SynthOptions:
     seed: int = 0
     per_project: int = 20
     max_failing: int = 8
-    timeout_s: float = 60.0
+    timeout_s: float = 15.0
+    """A mutant whose suite runs longer (a loop that never ends) is dropped."""
     workers: int = 2
     held_out: frozenset[str] = frozenset()
 
