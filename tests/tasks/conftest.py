@@ -36,7 +36,7 @@ def minutes_and_seconds(seconds):
     return divmod(seconds, 60)
 '''
 
-TESTS = '''\
+TESTS = """\
 from mathbits.core import clamp, mean, minutes_and_seconds, window
 
 
@@ -71,7 +71,7 @@ def test_window_whole():
 
 def test_minutes_and_seconds():
     assert minutes_and_seconds(125) == (2, 5)
-'''
+"""
 
 
 @pytest.fixture(scope="session")

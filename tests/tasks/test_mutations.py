@@ -30,7 +30,8 @@ def test_every_kind_is_found_and_every_mutant_parses():
 
 def test_comparison_swap_rewrites_the_operator_only():
     [swap] = [
-        m for m in find_mutations("f.py", "def f(a, b):\n    return a < b  # why\n")
+        m
+        for m in find_mutations("f.py", "def f(a, b):\n    return a < b  # why\n")
         if m.kind == "comparison_swap"
     ]
     assert swap.apply("def f(a, b):\n    return a < b  # why\n") == (

@@ -111,9 +111,7 @@ def find_mutations(path: str, source: str) -> list[Mutation]:
     return sorted(found, key=lambda m: (m.start, m.kind, m.replacement))
 
 
-def _mutations_of(
-    node: ast.AST, text: _Text, path: str, in_function: bool
-) -> Iterator[Mutation]:
+def _mutations_of(node: ast.AST, text: _Text, path: str, in_function: bool) -> Iterator[Mutation]:
     def make(kind: str, target: ast.AST, replacement: str) -> Mutation:
         start, end = text.span(target)
         return Mutation(kind, path, start, end, replacement, target.lineno)
