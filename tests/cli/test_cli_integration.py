@@ -170,6 +170,7 @@ def test_up_smoke_checks_the_stack_end_to_end_then_stops(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "queue put → get → ack" in result.stdout
     assert "environment session" in result.stdout and "environment /metrics" in result.stdout
+    assert "reward of a gold patch" in result.stdout and "reward /metrics" in result.stdout
     assert "FAILED" not in result.stdout
     assert "Smoke check passed." in result.stderr
     assert not (tmp_path / "stack.json").exists()
