@@ -15,7 +15,11 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-IGNORED = {"__pycache__", ".pytest_cache", ".git", ".etude-junit.xml"}
+# Caches and tool output, never part of a project (and never committed).
+IGNORED = {
+    "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis", ".git",
+    ".etude-junit.xml",
+}  # fmt: skip
 FIXED_DATE = "2024-01-01T00:00:00+00:00"
 COMMITTER = {
     "GIT_AUTHOR_NAME": "etude", "GIT_AUTHOR_EMAIL": "tasks@etude.invalid",
