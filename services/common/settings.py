@@ -118,6 +118,19 @@ class EtudeSettings(BaseSettings):
     services: ServiceAddresses = ServiceAddresses()
 
 
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _shown(default: object) -> str:
+    """A default as the docs show it: files shipped in the package as `<etude>/…`, so the
+    page does not depend on where the package is installed."""
+    if isinstance(default, tuple):
+        return "(" + ", ".join(_shown(d) for d in default) + ")"
+    if isinstance(default, Path) and default.is_relative_to(PACKAGE_ROOT):
+        return f"<etude>/{default.relative_to(PACKAGE_ROOT)}"
+    return str(default)
+
+
 def reference_markdown(*settings_classes: type[BaseSettings]) -> str:
     """docs/configuration.md: every variable of these settings classes (sections shared
     by several are listed once), its default and its meaning."""
@@ -137,7 +150,7 @@ def reference_markdown(*settings_classes: type[BaseSettings]) -> str:
         for name, spec in model.model_fields.items():
             variable = f"ETUDE_{section.upper()}__{name.upper()}"
             meaning = " ".join((spec.description or "").split())
-            lines.append(f"| `{variable}` | `{spec.default}` | {meaning} |")
+            lines.append(f"| `{variable}` | `{_shown(spec.default)}` | {meaning} |")
     return "\n".join(lines) + "\n"
 
 
