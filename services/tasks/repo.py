@@ -72,9 +72,12 @@ def apply_patch(workdir: Path, patch: str) -> None:
     """`git apply` the patch in `workdir` (a git repository or not)."""
     if not patch.strip():
         return
+    # Without a ceiling, a `workdir` inside another repository (a cache under a checkout)
+    # makes git apply the patch relative to that repository's root, silently skipping it.
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(workdir.resolve().parent)}
     done = subprocess.run(
         ["git", "apply", "--whitespace=nowarn", "-"],
-        input=patch.encode(), cwd=workdir, capture_output=True,
+        input=patch.encode(), cwd=workdir, capture_output=True, env=env,
     )  # fmt: skip
     if done.returncode != 0:
         raise PatchError(done.stderr.decode(errors="replace").strip() or "patch does not apply")
@@ -89,7 +92,7 @@ def copy_files(source: Path, target: Path, files: list[str]) -> None:
 
 def commit_snapshot(workdir: Path, message: str) -> str:
     """Make `workdir` a repository with one commit of its files; returns the commit id."""
-    env = {**os.environ, **COMMITTER}
+    env = {**os.environ, **COMMITTER, "GIT_CEILING_DIRECTORIES": str(workdir.resolve().parent)}
 
     def git(*args: str) -> str:
         done = subprocess.run(

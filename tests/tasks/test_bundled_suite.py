@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE
+from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE, materialize
 from etude.tasks.synth.synthesize import load_project
 from etude.tasks.task import read_jsonl
 from etude.tasks.verify import verify_all
@@ -64,3 +64,17 @@ async def test_a_sample_of_shipped_tasks_is_caught_and_fixed(tmp_path):
     verdicts = await verify_all(sample, tmp_path / "cache", bwrap, concurrency=2)
     assert [v.problem for v in verdicts] == ["", "", ""]
     assert all(v.ok for v in verdicts)
+
+
+def test_a_cache_inside_another_repository_builds_the_same_commit(tmp_path):
+    # A cache under a checkout (`.etude/tasks` in a clone) sits inside a git repository;
+    # the task's bug patch must still apply to the task's own files.
+    outer = tmp_path / "checkout"
+    outer.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=outer, check=True)
+    task = next(read_jsonl(TASKS_FILE))
+    repository = materialize(task, outer / ".etude" / "tasks")
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True
+    ).stdout.strip()
+    assert head == task.base_commit
