@@ -23,6 +23,7 @@ from etude.tasks.materialize import build_buggy_repository, materialize
 from etude.tasks.repo import unified_diff
 from etude.tasks.synth.synthesize import SynthOptions, kept_mutants, load_project, to_task
 from etude.tasks.task import write_jsonl
+from tests.tasks.conftest import write_tiny_project
 
 pytestmark = pytest.mark.integration
 
@@ -30,15 +31,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def task_and_project(tmp_path_factory, bwrap):
     """One synthesized task of the tiny project whose bug breaks `clamp`."""
-    from tests.tasks.conftest import SOURCE, TESTS
-
-    root = tmp_path_factory.mktemp("projects") / "mathbits"
-    (root / "mathbits").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "mathbits" / "__init__.py").write_text("")
-    (root / "mathbits" / "core.py").write_text(SOURCE)
-    (root / "tests" / "test_core.py").write_text(TESTS)
-    (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\npythonpath = ["."]\n')
+    root = write_tiny_project(tmp_path_factory.mktemp("projects") / "mathbits")
     project = load_project(root)
     options = SynthOptions(seed=2, per_project=12, max_failing=4, workers=2)
     for kept in kept_mutants(project, options, bwrap):

@@ -82,9 +82,8 @@ def bwrap():
         pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
 
 
-@pytest.fixture
-def tiny_project(tmp_path: Path) -> Path:
-    root = tmp_path / "mathbits"
+def write_tiny_project(root: Path) -> Path:
+    """The `mathbits` project, with its suite, under `root`."""
     (root / "mathbits").mkdir(parents=True)
     (root / "tests").mkdir()
     (root / "mathbits" / "__init__.py").write_text("")
@@ -92,3 +91,8 @@ def tiny_project(tmp_path: Path) -> Path:
     (root / "tests" / "test_core.py").write_text(TESTS)
     (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\npythonpath = ["."]\n')
     return root
+
+
+@pytest.fixture
+def tiny_project(tmp_path: Path) -> Path:
+    return write_tiny_project(tmp_path / "mathbits")
