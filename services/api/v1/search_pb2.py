@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65tude/api/v1/search.proto\x12\x0c\x65tude.api.v1\"]\n\x15IndexWorkspaceRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x11\n\troot_path\x18\x02 \x01(\t\x12\x1b\n\x13parent_workspace_id\x18\x03 \x01(\t\"R\n\x16IndexWorkspaceResponse\x12\x0e\n\x06\x63hunks\x18\x01 \x01(\x03\x12\x17\n\x0f\x63hunks_embedded\x18\x02 \x01(\x03\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\",\n\x0b\x43hangedFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"m\n\x12UpdateFilesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12*\n\x07\x63hanged\x18\x02 \x03(\x0b\x32\x19.etude.api.v1.ChangedFile\x12\x15\n\rdeleted_paths\x18\x03 \x03(\t\"F\n\x13UpdateFilesResponse\x12\x17\n\x0f\x63hunks_embedded\x18\x01 \x01(\x03\x12\x16\n\x0e\x63hunks_removed\x18\x02 \x01(\x03\"Z\n\x0cQueryRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\t\n\x01k\x18\x03 \x01(\x05\x12\x1a\n\x12target_directories\x18\x04 \x03(\t\"_\n\tSearchHit\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x12\n\nstart_line\x18\x02 \x01(\x05\x12\x10\n\x08\x65nd_line\x18\x03 \x01(\x05\x12\r\n\x05score\x18\x04 \x01(\x02\x12\x0f\n\x07snippet\x18\x05 \x01(\t\"6\n\rQueryResponse\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.etude.api.v1.SearchHit2\x82\x02\n\rSearchService\x12[\n\x0eIndexWorkspace\x12#.etude.api.v1.IndexWorkspaceRequest\x1a$.etude.api.v1.IndexWorkspaceResponse\x12R\n\x0bUpdateFiles\x12 .etude.api.v1.UpdateFilesRequest\x1a!.etude.api.v1.UpdateFilesResponse\x12@\n\x05Query\x12\x1a.etude.api.v1.QueryRequest\x1a\x1b.etude.api.v1.QueryResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65tude/api/v1/search.proto\x12\x0c\x65tude.api.v1\"]\n\x15IndexWorkspaceRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x11\n\troot_path\x18\x02 \x01(\t\x12\x1b\n\x13parent_workspace_id\x18\x03 \x01(\t\"R\n\x16IndexWorkspaceResponse\x12\x0e\n\x06\x63hunks\x18\x01 \x01(\x03\x12\x17\n\x0f\x63hunks_embedded\x18\x02 \x01(\x03\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\",\n\x0b\x43hangedFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"m\n\x12UpdateFilesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12*\n\x07\x63hanged\x18\x02 \x03(\x0b\x32\x19.etude.api.v1.ChangedFile\x12\x15\n\rdeleted_paths\x18\x03 \x03(\t\"F\n\x13UpdateFilesResponse\x12\x17\n\x0f\x63hunks_embedded\x18\x01 \x01(\x03\x12\x16\n\x0e\x63hunks_removed\x18\x02 \x01(\x03\"h\n\x0cQueryRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\t\n\x01k\x18\x03 \x01(\x05\x12\x1a\n\x12target_directories\x18\x04 \x03(\t\x12\x0c\n\x04mode\x18\x05 \x01(\t\"_\n\tSearchHit\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x12\n\nstart_line\x18\x02 \x01(\x05\x12\x10\n\x08\x65nd_line\x18\x03 \x01(\x05\x12\r\n\x05score\x18\x04 \x01(\x02\x12\x0f\n\x07snippet\x18\x05 \x01(\t\"6\n\rQueryResponse\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.etude.api.v1.SearchHit\",\n\x14\x44ropWorkspaceRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\"\x17\n\x15\x44ropWorkspaceResponse2\xdc\x02\n\rSearchService\x12[\n\x0eIndexWorkspace\x12#.etude.api.v1.IndexWorkspaceRequest\x1a$.etude.api.v1.IndexWorkspaceResponse\x12R\n\x0bUpdateFiles\x12 .etude.api.v1.UpdateFilesRequest\x1a!.etude.api.v1.UpdateFilesResponse\x12@\n\x05Query\x12\x1a.etude.api.v1.QueryRequest\x1a\x1b.etude.api.v1.QueryResponse\x12X\n\rDropWorkspace\x12\".etude.api.v1.DropWorkspaceRequest\x1a#.etude.api.v1.DropWorkspaceResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,11 +42,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UPDATEFILESRESPONSE']._serialized_start=379
   _globals['_UPDATEFILESRESPONSE']._serialized_end=449
   _globals['_QUERYREQUEST']._serialized_start=451
-  _globals['_QUERYREQUEST']._serialized_end=541
-  _globals['_SEARCHHIT']._serialized_start=543
-  _globals['_SEARCHHIT']._serialized_end=638
-  _globals['_QUERYRESPONSE']._serialized_start=640
-  _globals['_QUERYRESPONSE']._serialized_end=694
-  _globals['_SEARCHSERVICE']._serialized_start=697
-  _globals['_SEARCHSERVICE']._serialized_end=955
+  _globals['_QUERYREQUEST']._serialized_end=555
+  _globals['_SEARCHHIT']._serialized_start=557
+  _globals['_SEARCHHIT']._serialized_end=652
+  _globals['_QUERYRESPONSE']._serialized_start=654
+  _globals['_QUERYRESPONSE']._serialized_end=708
+  _globals['_DROPWORKSPACEREQUEST']._serialized_start=710
+  _globals['_DROPWORKSPACEREQUEST']._serialized_end=754
+  _globals['_DROPWORKSPACERESPONSE']._serialized_start=756
+  _globals['_DROPWORKSPACERESPONSE']._serialized_end=779
+  _globals['_SEARCHSERVICE']._serialized_start=782
+  _globals['_SEARCHSERVICE']._serialized_end=1130
 # @@protoc_insertion_point(module_scope)

@@ -53,16 +53,18 @@ class UpdateFilesResponse(_message.Message):
     def __init__(self, chunks_embedded: _Optional[int] = ..., chunks_removed: _Optional[int] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
-    __slots__ = ("workspace_id", "query", "k", "target_directories")
+    __slots__ = ("workspace_id", "query", "k", "target_directories", "mode")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     TARGET_DIRECTORIES_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     query: str
     k: int
     target_directories: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, workspace_id: _Optional[str] = ..., query: _Optional[str] = ..., k: _Optional[int] = ..., target_directories: _Optional[_Iterable[str]] = ...) -> None: ...
+    mode: str
+    def __init__(self, workspace_id: _Optional[str] = ..., query: _Optional[str] = ..., k: _Optional[int] = ..., target_directories: _Optional[_Iterable[str]] = ..., mode: _Optional[str] = ...) -> None: ...
 
 class SearchHit(_message.Message):
     __slots__ = ("path", "start_line", "end_line", "score", "snippet")
@@ -83,3 +85,13 @@ class QueryResponse(_message.Message):
     HITS_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
     def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ...) -> None: ...
+
+class DropWorkspaceRequest(_message.Message):
+    __slots__ = ("workspace_id",)
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    def __init__(self, workspace_id: _Optional[str] = ...) -> None: ...
+
+class DropWorkspaceResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -49,6 +49,11 @@ class SearchServiceStub:
                 request_serializer=etude_dot_api_dot_v1_dot_search__pb2.QueryRequest.SerializeToString,
                 response_deserializer=etude_dot_api_dot_v1_dot_search__pb2.QueryResponse.FromString,
                 _registered_method=True)
+        self.DropWorkspace = channel.unary_unary(
+                '/etude.api.v1.SearchService/DropWorkspace',
+                request_serializer=etude_dot_api_dot_v1_dot_search__pb2.DropWorkspaceRequest.SerializeToString,
+                response_deserializer=etude_dot_api_dot_v1_dot_search__pb2.DropWorkspaceResponse.FromString,
+                _registered_method=True)
 
 
 class SearchServiceServicer:
@@ -69,7 +74,15 @@ class SearchServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Query(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The best-matching chunks: vector and BM25 results fused by reciprocal rank.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropWorkspace(self, request, context):
+        """Forget a workspace (its session closed); forks of it keep what they share.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -91,6 +104,11 @@ def add_SearchServiceServicer_to_server(servicer, server):
                     servicer.Query,
                     request_deserializer=etude_dot_api_dot_v1_dot_search__pb2.QueryRequest.FromString,
                     response_serializer=etude_dot_api_dot_v1_dot_search__pb2.QueryResponse.SerializeToString,
+            ),
+            'DropWorkspace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropWorkspace,
+                    request_deserializer=etude_dot_api_dot_v1_dot_search__pb2.DropWorkspaceRequest.FromString,
+                    response_serializer=etude_dot_api_dot_v1_dot_search__pb2.DropWorkspaceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +192,33 @@ class SearchService:
             '/etude.api.v1.SearchService/Query',
             etude_dot_api_dot_v1_dot_search__pb2.QueryRequest.SerializeToString,
             etude_dot_api_dot_v1_dot_search__pb2.QueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropWorkspace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etude.api.v1.SearchService/DropWorkspace',
+            etude_dot_api_dot_v1_dot_search__pb2.DropWorkspaceRequest.SerializeToString,
+            etude_dot_api_dot_v1_dot_search__pb2.DropWorkspaceResponse.FromString,
             options,
             channel_credentials,
             insecure,
