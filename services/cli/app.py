@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from etude.cli.search import app as search_app
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
 from etude.cli.status import StackStatus, read_status
 from etude.cli.tasks import app as tasks_app
@@ -34,6 +35,7 @@ app = typer.Typer(
 )
 console = Console(stderr=True)
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(search_app, name="search")
 
 RunDirOption = Annotated[
     Path | None,

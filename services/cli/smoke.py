@@ -3,8 +3,9 @@
 Checks every component's health and each service's /metrics page, sends one entry
 through the work queue on the stack's Redis (put with an idempotency key, a repeated put,
 get, ack) and confirms the stream ends empty, and drives one environment session through
-its tools (write, run, read, diff, close) in a throwaway repository, and has the reward
-service grade a bundled task's gold patch.
+its tools (write, run, read, diff, close) in a throwaway repository, has codebase_search find
+a function the session just wrote (through the search service), and has the reward service
+grade a bundled task's gold patch.
 """
 
 from __future__ import annotations
@@ -115,6 +116,32 @@ async def environment_round_trip(address: str, run_dir: Path, settings: EtudeSet
     return Check("environment session", ok, detail)
 
 
+async def search_round_trip(address: str, run_dir: Path, settings: EtudeSettings) -> Check:
+    """codebase_search in an environment session finds a function written a moment ago:
+    base index, the session's fork of it, the edit sent by write_file, a hybrid query."""
+    repo = run_dir / "smoke-repository"
+    repo.mkdir(parents=True, exist_ok=True)
+    (repo / "hello.py").write_text("print('hello')\n")
+    env = GrpcEnvironment(address, settings.client)
+    started = time.perf_counter()
+    code = "def greet_visitor(name):\n    return f'Welcome, {name}!'\n"
+    try:
+        opened = await env.create_session("smoke", str(repo))
+        calls = [
+            ToolCall("write_file", {"path": "greeting.py", "content": code}, "call_0"),
+            ToolCall("codebase_search", {"query": "welcome a visitor by name"}, "call_1"),
+        ]
+        results = await env.execute(opened.session_id, calls, parallel=False)
+        await env.close_session(opened.session_id)
+    finally:
+        await env.close()
+    found = results[1].output
+    ok = results[1].exit_code == 0 and found.startswith("greeting.py:1-2")
+    millis = (time.perf_counter() - started) * 1000
+    detail = f"{millis:.0f} ms" if ok else found[:200]
+    return Check("codebase_search after an edit", ok, detail)
+
+
 async def reward_round_trip(address: str, settings: EtudeSettings) -> Check:
     """Grade the first bundled task with its gold patch: a real sandboxed test run."""
     task = next(read_jsonl(TASKS_FILE))
@@ -146,6 +173,9 @@ def run_smoke(settings: EtudeSettings, status: StackStatus, console: Console) ->
         run_dir = Path(status.run_dir)
         round_trip = environment_round_trip(environment.address, run_dir, settings)
         checks.append(_check("environment session", round_trip))
+        if any(c.name == "search" for c in status.components):
+            searched = search_round_trip(environment.address, run_dir, settings)
+            checks.append(_check("codebase_search after an edit", searched))
     reward = next((c for c in status.components if c.name == "reward"), None)
     if reward is not None:
         checks.append(_check("reward of a gold patch", reward_round_trip(reward.address, settings)))

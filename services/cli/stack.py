@@ -26,7 +26,7 @@ STATE_FILE = "stack.json"
 
 # Services `etude up` starts, in dependency order; each runs as `python -m etude.<name>`.
 # A service joins this list when it exists.
-LOCAL_SERVICES: tuple[str, ...] = ("environment", "reward")
+LOCAL_SERVICES: tuple[str, ...] = ("search", "environment", "reward")
 
 
 @dataclass(frozen=True, slots=True)

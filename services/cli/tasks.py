@@ -17,7 +17,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from etude.environment.sandbox.bwrap import find_bwrap
-from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE, build_buggy_repository, materialize
+from etude.tasks.materialize import (
+    HELD_OUT_PROJECTS,
+    PROJECTS_DIR,
+    TASKS_FILE,
+    build_buggy_repository,
+    materialize,
+)
 from etude.tasks.synth.synthesize import (
     Project,
     SynthOptions,
@@ -31,8 +37,7 @@ from etude.tasks.verify import Verdict, verify_all
 app = typer.Typer(help="Coding tasks: synthesize them, build their repositories, list them.")
 console = Console(stderr=True)
 
-# The projects whose tasks are held out of training, to measure generalization.
-HELD_OUT = frozenset({"urlroute", "throttle"})
+HELD_OUT = HELD_OUT_PROJECTS
 
 
 def _projects(names: list[str], paths: list[Path]) -> list[Project]:

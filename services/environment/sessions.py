@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from etude.common.ids import new_id
@@ -24,11 +25,14 @@ from etude.environment.observer import EnvironmentObserver
 from etude.environment.sandbox.bwrap import Bwrap, check_bwrap_works, find_bwrap
 from etude.environment.sandbox.limits import CgroupSupport
 from etude.environment.sandbox.sandbox import Sandbox
+from etude.environment.search_sync import SearchIndexBackend, SearchSync
 from etude.environment.tools import TOOLS
-from etude.environment.tools.base import SearchBackend, ToolArgumentError, ToolContext, ToolOutput
+from etude.environment.tools.base import ToolArgumentError, ToolContext, ToolOutput
 from etude.environment.workspace import Layout, Mode, WorkspaceStore
 
 log = logging.getLogger(__name__)
+
+SHELL_TOOL = "run_terminal_command"
 
 
 @dataclass(slots=True)
@@ -67,11 +71,11 @@ class SessionManager:
     def __init__(
         self,
         config: EnvironmentConfig,
-        search: SearchBackend | None = None,
+        search: SearchIndexBackend | None = None,
         observer: EnvironmentObserver | None = None,
     ) -> None:
         self.config = config
-        self.search = search
+        self.search = SearchSync(search) if search is not None else None
         self.observer = observer or EnvironmentObserver()
         self.bwrap: Bwrap | None = None
         if config.backend == "bwrap":
@@ -125,13 +129,23 @@ class SessionManager:
         self.observer.session_created(time.perf_counter() - started, len(self.sessions))
         return session
 
+    @staticmethod
+    def _root_of(session: Session):
+        async def root() -> Path:
+            return (await session.ready()).root
+
+        return root
+
     async def create(self, task_id: str, repository: Path, idle_ttl: float = 0) -> Session:
         started = time.perf_counter()
         self._reserve()
         try:
             base = await asyncio.to_thread(self.store.prepare_base, repository)
             layout = await asyncio.to_thread(self.store.create, new_id("se"), base)
-            return await self._open(task_id, layout, idle_ttl, started)
+            session = await self._open(task_id, layout, idle_ttl, started)
+            if self.search:
+                self.search.session_created(session.id, base, self._root_of(session))
+            return session
         finally:
             self._starting -= 1
 
@@ -144,7 +158,10 @@ class SessionManager:
             layout = await asyncio.to_thread(
                 self.store.fork, parent.layout, new_id("se"), parent_sandbox.root
             )
-            return await self._open(parent.task_id, layout, parent.idle_ttl, started)
+            child = await self._open(parent.task_id, layout, parent.idle_ttl, started)
+            if self.search:
+                self.search.session_forked(parent.id, child.id, self._root_of(child))
+            return child
         finally:
             self._starting -= 1
 
@@ -159,6 +176,9 @@ class SessionManager:
             root=sandbox.root,
             shell=sandbox,
             search=self.search,
+            on_files_changed=(
+                partial(self.search.files_changed, session.id) if self.search else None
+            ),
             limits={
                 "default_timeout_s": int(self.config.default_timeout_seconds),
                 "max_timeout_s": int(self.config.max_timeout_seconds),
@@ -177,6 +197,8 @@ class SessionManager:
     async def _run_tool(self, context: ToolContext, call: ToolCall) -> ExecutedCall:
         start = time.perf_counter()
         result = await _call_tool(context, call)
+        if call.name == SHELL_TOOL and self.search:
+            self.search.shell_ran(context.session_id)  # what it changed is found lazily
         seconds = time.perf_counter() - start
         tool_label = call.name if call.name in TOOLS else "unknown"
         self.observer.tool_called(tool_label, seconds, result.error_reason)
@@ -198,6 +220,8 @@ class SessionManager:
         with contextlib.suppress(BaseException):
             await session.booting
         await session.sandbox.stop()
+        if self.search:
+            await self.search.session_closed(session_id)
         await asyncio.to_thread(self.store.remove, session.layout)
         self.observer.session_closed(reason, len(self.sessions))
 

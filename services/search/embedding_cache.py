@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +66,8 @@ class CachedEmbedder:
         self.cache = cache
         self.hits = 0
         self.misses = 0
+        self.on_lookup: Callable[[], None] | None = None
+        """Called after each lookup (metrics)."""
         self._lock = threading.Lock()
 
     @property
@@ -96,6 +98,8 @@ class CachedEmbedder:
         with self._lock:
             self.hits += len(hashes) - sum(len(rows) for rows in todo.values())
             self.misses += sum(len(rows) for rows in todo.values())
+            if self.on_lookup:
+                self.on_lookup()
         return vectors, len(todo)
 
     def hit_ratio(self) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -81,20 +81,26 @@ class SearchEngine:
             raise SearchArgumentError("workspace_id is empty")
         if parent_id:
             workspace = self.get(parent_id).fork()
-            embedded = 0
-        else:
-            if root is None or not root.is_dir():
-                raise SearchArgumentError(f"root_path {str(root)!r} is not a directory")
-            files = read_workspace(root, self.config.max_file_bytes)
-            base, embedded = self.build_segment(
-                chunk for path, text in files for chunk in self.chunk(path, text)
-            )
-            workspace = Workspace(base, self.config.exact_max_chunks)
+            with self._lock:
+                self.workspaces[workspace_id] = workspace
+            return IndexResult(workspace.chunk_count(), 0, time.perf_counter() - started)
+        if root is None or not root.is_dir():
+            raise SearchArgumentError(f"root_path {str(root)!r} is not a directory")
+        result = self.index_files(workspace_id, read_workspace(root, self.config.max_file_bytes))
+        return IndexResult(result.chunks, result.chunks_embedded, time.perf_counter() - started)
+
+    def index_files(self, workspace_id: str, files: Iterable[tuple[str, str]]) -> IndexResult:
+        """Index a workspace from (path, text) pairs."""
+        started = time.perf_counter()
+        base, embedded = self.build_segment(
+            chunk for path, text in files for chunk in self.chunk(path, text)
+        )
+        workspace = Workspace(base, self.config.exact_max_chunks)
         with self._lock:
             self.workspaces[workspace_id] = workspace
         return IndexResult(workspace.chunk_count(), embedded, time.perf_counter() - started)
 
-    def build_segment(self, chunks_iter) -> tuple[Segment, int]:
+    def build_segment(self, chunks_iter: Iterable[Chunk]) -> tuple[Segment, int]:
         chunks: list[Chunk] = list(chunks_iter)
         vectors, embedded = self.embedder.embed_chunks(
             [c.text for c in chunks], [c.content_hash for c in chunks]

@@ -13,6 +13,9 @@ from etude.tasks.task import Task
 BUNDLED_PREFIX = "etude-mini/"
 PROJECTS_DIR = Path(__file__).resolve().parent / "etude_mini" / "projects"
 TASKS_FILE = Path(__file__).resolve().parent / "etude_mini" / "tasks.jsonl"
+# The projects held out of training (their tasks, their search queries), to measure
+# generalization.
+HELD_OUT_PROJECTS = frozenset({"urlroute", "throttle"})
 
 
 class MaterializeError(RuntimeError):

@@ -101,7 +101,17 @@ async def test_the_number_of_live_sessions_is_bounded(tmp_path, repo):
 
 
 class SlowSearch:
-    """A search backend that takes 200 ms per query: what makes batch overlap measurable."""
+    """A search backend that takes 200 ms per query: what makes batch overlap measurable
+    (the real service answers in milliseconds, too fast to see overlap on)."""
+
+    async def index_workspace(self, workspace_id, root, parent):
+        pass
+
+    async def update_files(self, workspace_id, changed, deleted):
+        pass
+
+    async def drop_workspace(self, workspace_id):
+        pass
 
     async def query(self, workspace_id, query, k, target_directories):
         await asyncio.sleep(0.2)
