@@ -26,23 +26,19 @@ def _seconds(value: float) -> str:
 
 def service_config(settings: ClientSettings) -> str:
     """A service config that applies the deadline and retry policy to every method."""
-    return json.dumps(
-        {
-            "methodConfig": [
-                {
-                    "name": [{}],  # an empty name matches every service and method
-                    "timeout": _seconds(settings.timeout_seconds),
-                    "retryPolicy": {
-                        "maxAttempts": settings.max_attempts,
-                        "initialBackoff": _seconds(settings.initial_backoff_seconds),
-                        "maxBackoff": _seconds(settings.max_backoff_seconds),
-                        "backoffMultiplier": settings.backoff_multiplier,
-                        "retryableStatusCodes": list(RETRYABLE_CODES),
-                    },
-                }
-            ]
+    method: dict[str, object] = {
+        "name": [{}],  # an empty name matches every service and method
+        "timeout": _seconds(settings.timeout_seconds),
+    }
+    if settings.max_attempts > 1:  # gRPC refuses a retry policy of a single attempt
+        method["retryPolicy"] = {
+            "maxAttempts": settings.max_attempts,
+            "initialBackoff": _seconds(settings.initial_backoff_seconds),
+            "maxBackoff": _seconds(settings.max_backoff_seconds),
+            "backoffMultiplier": settings.backoff_multiplier,
+            "retryableStatusCodes": list(RETRYABLE_CODES),
         }
-    )
+    return json.dumps({"methodConfig": [method]})
 
 
 def channel_options(settings: ClientSettings, max_message_bytes: int) -> list[tuple[str, object]]:
