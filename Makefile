@@ -44,6 +44,9 @@ format: $(STAMP)
 bench: $(STAMP)  ## Every benchmark in full; JSON results land in bench-results/.
 	mkdir -p bench-results
 	$(BIN)/python loadtests/queue_throughput.py --json bench-results/queue_throughput.json
+	$(BIN)/python loadtests/environment_latency.py --json bench-results/environment_latency.json
+	$(BIN)/python loadtests/reward_latency.py --json bench-results/reward_latency.json
+	$(BIN)/python loadtests/search_latency.py --json bench-results/search_latency.json
 
 clean:
 	rm -rf $(VENV) .etude bench-results .pytest_cache .ruff_cache

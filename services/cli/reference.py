@@ -5,8 +5,9 @@ from __future__ import annotations
 from etude.common.settings import EtudeSettings, reference_markdown
 from etude.environment.config import EnvironmentSettings
 from etude.reward.config import RewardSettings
+from etude.search.config import SearchSettings
 
-ALL_SETTINGS = (EtudeSettings, EnvironmentSettings, RewardSettings)
+ALL_SETTINGS = (EtudeSettings, SearchSettings, EnvironmentSettings, RewardSettings)
 
 
 def configuration_markdown() -> str:

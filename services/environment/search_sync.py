@@ -71,7 +71,12 @@ class SearchSync:
         self, session_id: str, base: Path, root: Callable[[], Awaitable[Path]]
     ) -> None:
         async def index() -> None:
-            await self.backend.index_workspace(session_id, None, await self._base(base))
+            try:
+                await self.backend.index_workspace(session_id, None, await self._base(base))
+            except Exception:
+                # The service may have lost the base (a restart): index it again, once.
+                self._bases.pop(base, None)
+                await self.backend.index_workspace(session_id, None, await self._base(base))
 
         self._track(session_id, index(), root, base, {})
 
@@ -95,10 +100,21 @@ class SearchSync:
         session.indexing.cancel()
         with contextlib.suppress(BaseException):
             await session.indexing
+        await self._drop(session_id)
+        if not any(s.base == session.base for s in self._sessions.values()):
+            # The base's last session: free its index; the next session of this repository
+            # rebuilds it from cached embeddings (chunking only).
+            base_task = self._bases.pop(session.base, None)
+            if base_task is not None and _succeeded(base_task):
+                await self._drop(base_task.result())
+
+    async def _drop(self, workspace_id: str) -> None:
         try:
-            await self.backend.drop_workspace(session_id)
+            await self.backend.drop_workspace(workspace_id)
         except Exception as error:  # the service may be gone; its index dies with it
-            log.info("search drop failed", extra=log_fields(session=session_id, error=str(error)))
+            log.info(
+                "search drop failed", extra=log_fields(workspace=workspace_id, error=str(error))
+            )
 
     def _track(self, session_id, coroutine, root, base: Path, sent: dict[str, str]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -107,7 +123,7 @@ class SearchSync:
     async def _base(self, base: Path) -> str:
         """The base workspace's id, indexing it on first use (again if that failed)."""
         task = self._bases.get(base)
-        if task is None or (task.done() and (task.cancelled() or task.exception())):
+        if task is None or (task.done() and not _succeeded(task)):
             workspace_id = "base-" + hashlib.sha256(str(base).encode()).hexdigest()[:16]
 
             async def index() -> str:
@@ -171,6 +187,10 @@ class SearchSync:
         await self.backend.update_files(session_id, changed_texts, list(deleted))
         session.sent.update({path: digest for path, (_, digest) in contents.items()})
         session.sent.update({path: "" for path in deleted})
+
+
+def _succeeded(task: asyncio.Task) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None
 
 
 def _read_texts(root: Path, paths: list[str]) -> dict[str, tuple[str, str]]:

@@ -107,17 +107,17 @@ def evaluate(embedder, config, split: str = "heldout") -> dict[str, Scores]:
 
 
 def strip_docstrings(source: str) -> str:
-    """The source with each docstring replaced by `pass` and blank lines (line numbers keep)."""
+    """The source with each docstring (and each bare string documenting an attribute)
+    replaced by `pass` and blank lines, so line numbers stay."""
     lines = source.split("\n")
     for node in ast.walk(ast.parse(source)):
         body = getattr(node, "body", None)
-        if not isinstance(body, list) or not body or not _is_docstring(body[0]):
-            continue
-        doc = body[0]
-        indent = lines[doc.lineno - 1][: doc.col_offset]
-        lines[doc.lineno - 1] = indent + "pass"
-        for number in range(doc.lineno, doc.end_lineno):
-            lines[number] = ""
+        for statement in body if isinstance(body, list) else []:
+            if _is_docstring(statement):
+                indent = lines[statement.lineno - 1][: statement.col_offset]
+                lines[statement.lineno - 1] = indent + "pass"
+                for number in range(statement.lineno, statement.end_lineno):
+                    lines[number] = ""
     return "\n".join(lines)
 
 

@@ -96,8 +96,19 @@ def batches(pairs: list[Pair], size: int, rng: random.Random) -> list[list[Pair]
         if len(home[0]) == size:
             result.append(home[0])
             open_batches.remove(home)
-    result += [b for b, _ in open_batches if len(b) > 1]
+    for batch, _ in open_batches:
+        if len(batch) > 1:
+            result.append(batch)
+            continue
+        # A batch of one has no negatives to learn from: the pair joins a batch that can take it.
+        home_batch = next((b for b in result if batch[0].positive not in positives_of(b)), None)
+        if home_batch is not None:
+            home_batch.append(batch[0])
     return result
+
+
+def positives_of(batch: list[Pair]) -> set[str]:
+    return {p.positive for p in batch}
 
 
 def train(
@@ -129,7 +140,7 @@ def train(
                 optimizer.step()
                 steps += 1
                 if on_step:
-                    on_step(steps, float(loss))
+                    on_step(steps, float(loss.detach()))
                 if steps == options.max_steps:
                     return steps
     finally:

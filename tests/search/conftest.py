@@ -25,6 +25,15 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingCache:
     return EmbeddingCache(tmp_path_factory.mktemp("search-cache") / "embeddings.sqlite3")
 
 
+@pytest.fixture(scope="session")
+def cli_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment for `etude search` commands: one run directory, hence one embedding
+    cache, for all of them."""
+    import os
+
+    return {**os.environ, "ETUDE_STACK__RUN_DIR": str(tmp_path_factory.mktemp("run"))}
+
+
 def make_engine(minilm, cache_dir: Path, **overrides) -> SearchEngine:
     cache = EmbeddingCache(cache_dir / "embeddings.sqlite3")
     return SearchEngine(SearchConfig(**overrides), CachedEmbedder(minilm, cache))

@@ -87,6 +87,18 @@ async def test_forks_and_sessions_are_isolated_and_the_base_is_indexed_once(
     assert len(bases) == 1
     await manager.close(first.id)
     assert first.id not in engine.workspaces and child.id in engine.workspaces
+    await manager.close(child.id)
+    await manager.close(second.id)
+    assert engine.workspaces == {}  # the base goes with its last session
+
+
+async def test_a_search_service_that_lost_its_indexes_gets_them_again(manager, engine, project):
+    first = await manager.create("t", project)
+    await search(manager, first.id, "cache")
+    engine.workspaces.clear()  # what a restart of the search service leaves
+    second = await manager.create("t", project)
+    found = await search(manager, second.id, "frequency of a key in the LFU cache")
+    assert found[0] == "lrukit/caches.py"
 
 
 async def test_without_the_search_service_the_agent_is_told_to_use_grep(
