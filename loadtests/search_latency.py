@@ -5,11 +5,12 @@
 - Query latency, vector part: `segment.vectors.search(query_vector, 50)`, what a query runs
   for its vector ranking once its text is embedded, on a segment of 10k chunks (exact numpy
   product) and one of 100k (HNSW graph, usearch). The corpora are synthetic but built from
-  real data: each row is one of the chunks embedded above plus gaussian noise (σ = 0.02 per
-  dimension: cosine ≈ 0.93 to the original, what MiniLM gives a two-line function whose path
-  gains a `proj7/` prefix), re-normalised, with that chunk's text under a path `proj<i>/...`.
-  Quick mode has fewer originals, so each has more near-duplicates (~780 rather than ~80 at
-  100k), a harder case for the graph. Queries are the first paragraphs of the projects'
+  real data: each row is one of the chunks embedded above, blended with a random other one
+  (weight uniform in 0–0.5) plus gaussian noise (σ = 0.02 per dimension: cosine ≈ 0.93 to
+  the original, what MiniLM gives a two-line function whose path gains a `proj7/` prefix),
+  re-normalised, with that chunk's text under a path `proj<i>/...`. Quick mode has fewer
+  originals (128 rather than ~1200), so its rows crowd closer together, a harder case for
+  the graph. Queries are the first paragraphs of the projects'
   docstrings, embedded beforehand. `hnsw_recall10_100k`: the share of the exact top 10 (numpy
   over the same vectors) found in the graph's top 10, so speed is never bought with silent
   recall loss. `segment_build_s_100k`: the segment's construction, HNSW graph and FTS5 table.
@@ -54,6 +55,7 @@ from etude.tasks.materialize import PROJECTS_DIR
 
 REINDEX_PROJECT = "calcparse"
 NOISE_SIGMA = 0.02
+MAX_BLEND = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +99,13 @@ def synthetic_segment(originals: list[Chunk], vectors: np.ndarray, rows: int, co
     """A segment of `rows` noisy copies of the real chunks, and the seconds its build took."""
     rng = np.random.default_rng(rows)
     picks = np.arange(rows) % len(originals)
+    # Each row leans towards its own chunk and partly towards another one: copies spread
+    # between real functions, as a large code base's functions do, instead of piling up as
+    # hundreds of near-duplicates of each chunk (which no real repository holds).
+    partners = rng.integers(0, len(originals), rows)
+    blend = rng.uniform(0.0, MAX_BLEND, (rows, 1)).astype(np.float32)
     noise = rng.normal(0, NOISE_SIGMA, (rows, vectors.shape[1])).astype(np.float32)
-    noisy = vectors[picks] + noise
+    noisy = (1 - blend) * vectors[picks] + blend * vectors[partners] + noise
     noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
     chunks = []
     for row, pick in enumerate(picks):
