@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -98,7 +99,6 @@ def finetune(
     from etude.search.finetune import (
         TrainOptions,
         benchmark_pairs,
-        options_dict,
         read_pairs,
         save,
         train,
@@ -121,7 +121,7 @@ def finetune(
     after = evaluate_benchmark(engine, heldout)
     report = {
         "base": str(model.directory), "pairs": len(training), "steps": steps,
-        "seconds": round(seconds, 1), "options": options_dict(options),
+        "seconds": round(seconds, 1), "options": asdict(options),
         "heldout_before": _scores_json(before), "heldout_after": _scores_json(after),
     }  # fmt: skip
     save(model, out, report)

@@ -23,6 +23,7 @@ from typing import Protocol
 from etude.common.logging import log_fields
 from etude.environment.tools.base import SearchHit, ToolError
 from etude.environment.tools.paths import resolve
+from etude.search.files import SKIPPED_DIRS, is_indexed_path
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class SearchSync:
         self.backend = backend
         self._bases: dict[Path, asyncio.Task[str]] = {}
         self._sessions: dict[str, _SessionIndex] = {}
+        self._base_digests: dict[Path, dict[str, str]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -104,6 +106,7 @@ class SearchSync:
         if not any(s.base == session.base for s in self._sessions.values()):
             # The base's last session: free its index; the next session of this repository
             # rebuilds it from cached embeddings (chunking only).
+            self._base_digests.pop(session.base, None)
             base_task = self._bases.pop(session.base, None)
             if base_task is not None and _succeeded(base_task):
                 await self._drop(base_task.result())
@@ -175,7 +178,10 @@ class SearchSync:
         """Send what shell commands changed: every file whose content differs from the base's
         (or from what was last sent), and base files that are gone."""
         root = await session.root()
-        changed, deleted = await asyncio.to_thread(_differences, session.base, root, session.sent)
+        if session.base not in self._base_digests:
+            self._base_digests[session.base] = await asyncio.to_thread(base_digests, session.base)
+        base = self._base_digests[session.base]
+        changed, deleted = await asyncio.to_thread(_differences, base, root, session.sent)
         if changed or deleted:
             await self._send(session_id, session, root, changed, deleted)
 
@@ -224,22 +230,32 @@ def _read(root: Path, path: str) -> bytes | None:
     return data if len(data) <= MAX_FILE_BYTES else None
 
 
-def _differences(base: Path, root: Path, sent: dict[str, str]) -> tuple[list[str], list[str]]:
+def base_digests(base: Path) -> dict[str, str]:
+    """Digest of every file of a base; bases never change, so this is read once per base."""
+    return {path: _digest(_read(base, path)) for path in _walk(base)}
+
+
+def _differences(
+    base: dict[str, str], root: Path, sent: dict[str, str]
+) -> tuple[list[str], list[str]]:
     current = _walk(root)
     changed = []
     for path in current:
-        known = sent.get(path) or _digest(_read(base, path))
+        known = sent.get(path) or base.get(path)
         if _digest(_read(root, path)) != known:
             changed.append(path)
-    gone = {p for p, d in sent.items() if d} | set(_walk(base))
+    gone = {p for p, d in sent.items() if d} | set(base)
     deleted = sorted(p for p in gone - set(current) if sent.get(p) != "")
     return changed, deleted
 
 
 def _walk(root: Path) -> list[str]:
+    """The workspace's files the search service would index (the same rule, so nothing is
+    sent only to be dropped there)."""
     found = []
     for directory, subdirs, names in os.walk(root):
-        subdirs[:] = [d for d in subdirs if not d.startswith(".") and d != "__pycache__"]
+        subdirs[:] = [d for d in subdirs if not d.startswith(".") and d not in SKIPPED_DIRS]
         relative = os.path.relpath(directory, root)
-        found += [n if relative == "." else f"{relative}/{n}" for n in names]
+        paths = (n if relative == "." else f"{relative}/{n}" for n in names)
+        found += [p for p in paths if is_indexed_path(p)]
     return found

@@ -15,7 +15,7 @@ import json
 import random
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from etude.search.embedders import TransformerEmbedder
@@ -159,7 +159,3 @@ def save(embedder: TransformerEmbedder, out: Path, metadata: dict) -> None:
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, out / name)
     (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-
-
-def options_dict(options: TrainOptions) -> dict:
-    return asdict(options)

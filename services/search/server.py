@@ -4,9 +4,7 @@ so one workspace's indexing never stalls another's queries."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -20,20 +18,11 @@ SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 DEFAULT_K = 10
 
 
-class _Abort(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        self.code, self.message = code, message
-
-
-@contextlib.contextmanager
-def _statuses() -> Iterator[None]:
-    """The engine's errors as gRPC statuses."""
-    try:
-        yield
-    except WorkspaceNotFoundError as error:
-        raise _Abort(grpc.StatusCode.NOT_FOUND, str(error)) from None
-    except SearchArgumentError as error:
-        raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
+# The engine's errors, as the statuses a client sees.
+_STATUSES = (
+    (WorkspaceNotFoundError, grpc.StatusCode.NOT_FOUND),
+    (SearchArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+)
 
 
 class SearchServicer(search_pb2_grpc.SearchServiceServicer):
@@ -42,10 +31,10 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
     async def _call(self, context, function, *args):
         try:
-            with _statuses():
-                return await asyncio.to_thread(function, *args)
-        except _Abort as abort:
-            await context.abort(abort.code, abort.message)
+            return await asyncio.to_thread(function, *args)
+        except (WorkspaceNotFoundError, SearchArgumentError) as error:
+            code = next(c for kind, c in _STATUSES if isinstance(error, kind))
+            await context.abort(code, str(error))
 
     async def IndexWorkspace(self, request, context):
         root = Path(request.root_path) if request.root_path else None
