@@ -1,0 +1,88 @@
+"""Checkpoint directories in Hugging Face layout: config.json, model.safetensors (Hugging
+Face tensor names), and the tokenizer's files. transformers and vLLM load them as they are;
+`load_model` loads those they write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from etude.model.config import ModelConfig, preset
+from etude.model.model import Transformer
+from etude.model.state_dict_adapter import StateDictAdapter
+
+WEIGHTS_FILE = "model.safetensors"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return _DTYPES[name.removeprefix("torch.")]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {name!r} (one of {', '.join(_DTYPES)})") from None
+
+
+def build_model(config: ModelConfig, seed: int = 0, dtype: str | None = None) -> Transformer:
+    """A freshly initialised model."""
+    model = Transformer(config)
+    model.init_weights(seed)
+    return model.to(torch_dtype(dtype or config.torch_dtype))
+
+
+def save_checkpoint(model: Transformer, directory: Path, tokenizer=None) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    config = model.config
+    tensors = StateDictAdapter(config).to_hf(model.state_dict())
+    dtype = next(iter(tensors.values())).dtype
+    config.torch_dtype = str(dtype).removeprefix("torch.")
+    config.save(directory)
+    contiguous = {name: t.detach().contiguous() for name, t in tensors.items()}
+    save_file(contiguous, directory / WEIGHTS_FILE, metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+    if config.eos_token_id is not None:
+        generation = {"eos_token_id": config.eos_token_id, "pad_token_id": config.pad_token_id}
+        (directory / "generation_config.json").write_text(json.dumps(generation) + "\n")
+    return directory
+
+
+def read_checkpoint_tensors(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint directory (one file or Hugging Face shards)."""
+    single = directory / WEIGHTS_FILE
+    if single.exists():
+        return load_file(single)
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {directory}")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        tensors.update(load_file(file))
+    return tensors
+
+
+def load_model(directory: Path, dtype: str | None = None) -> Transformer:
+    """`from_pretrained`: a checkpoint directory written here or by transformers."""
+    config = ModelConfig.load(directory)
+    model = Transformer(config)
+    state = StateDictAdapter(config).from_hf(read_checkpoint_tensors(directory))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected:
+        raise ValueError(f"{directory}: tensors the model does not have: {unexpected[:5]}")
+    missing = [m for m in missing if not (config.tie_word_embeddings and m == "lm_head.weight")]
+    if missing:
+        raise ValueError(f"{directory}: checkpoint lacks {missing[:5]}")
+    return model.to(torch_dtype(dtype or config.torch_dtype))
+
+
+def from_pretrained(source: str | Path, *, vocab_size: int | None = None, seed: int = 0,
+                    dtype: str | None = None) -> Transformer:  # fmt: skip
+    """A preset name (`tiny`, `tiny-dense`, `small`: fresh weights from `seed`) or a
+    checkpoint directory."""
+    path = Path(source)
+    if path.is_dir():
+        return load_model(path, dtype)
+    config = preset(str(source), vocab_size or 8192)
+    return build_model(config, seed, dtype)

@@ -1,0 +1,186 @@
+"""The policy network: Qwen3-MoE (or dense Qwen3) with Hugging Face's module names, so that
+`state_dict()` keys equal the checkpoint's tensor names except for the stacked experts.
+
+Shape suffixes: B batch, T tokens, D model width, H heads, K key/value heads, Dh head width,
+V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from etude.model.config import ModelConfig
+from etude.model.kv_cache import CacheBatch
+from etude.model.moe import DenseMLP, MoE
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 whatever the activation dtype, as Hugging Face does.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        exponents = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float()
+        inv_freq = 1.0 / (config.rope_theta ** (exponents / config.head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions_BT: torch.Tensor, dtype: torch.dtype):
+        angles = positions_BT.float()[..., None] * self.inv_freq  # [B, T, Dh/2]
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rotary(x_BTHD: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    return x_BTHD * cos + _rotate_half(x_BTHD) * sin
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with RMSNorm on each query and key head (Qwen3)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        width = config.hidden_size
+        self.q_proj = nn.Linear(width, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(width, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(width, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, width, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(self, x_BTD, rope, layer: int, cache: CacheBatch | None) -> torch.Tensor:
+        B, T, _ = x_BTD.shape
+        q = self.q_norm(self.q_proj(x_BTD).view(B, T, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x_BTD).view(B, T, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x_BTD).view(B, T, self.num_kv_heads, self.head_dim)
+        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        if cache is None:
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                is_causal=True, enable_gqa=True,
+            )  # fmt: skip
+        else:
+            k, v = cache.write_and_read(layer, k, v)
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
+                attn_mask=cache.mask, enable_gqa=True,
+            )  # fmt: skip
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.self_attn = Attention(config)
+        self.mlp = (
+            MoE(config)
+            if config.is_moe_layer(index)
+            else DenseMLP(config.hidden_size, config.intermediate_size)
+        )
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, rope, cache: CacheBatch | None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, self.index, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    """Hugging Face's `model.` prefix: embeddings, decoder layers, final norm."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i) for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(config)
+
+
+@dataclass(slots=True)
+class ForwardOutput:
+    logits: torch.Tensor
+    """[B, T, V], or [N, V] when `logits_at` selected N positions."""
+    aux_loss: torch.Tensor | None
+    """Mean load-balancing loss over the MoE layers (training only; None otherwise)."""
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(
+        self,
+        tokens_BT: torch.Tensor,
+        *,
+        cache: CacheBatch | None = None,
+        logits_at: torch.Tensor | None = None,
+    ) -> ForwardOutput:
+        """Without a cache: a causal forward over whole sequences (training, scoring). With
+        one: new tokens attend to the cached prefix. `logits_at` indexes the flattened
+        [B*T] positions whose logits are wanted (a sampler wants one per sequence)."""
+        B, T = tokens_BT.shape
+        h = self.model.embed_tokens(tokens_BT)
+        if cache is None:
+            positions = torch.arange(T, device=tokens_BT.device).expand(B, T)
+        else:
+            positions = cache.positions
+        rope = self.model.rotary(positions, h.dtype)
+        for layer in self.model.layers:
+            h = layer(h, rope, cache)
+        h = self.model.norm(h)
+        if logits_at is not None:
+            h = h.reshape(B * T, -1)[logits_at]
+        return ForwardOutput(self.lm_head(h), self._aux_loss())
+
+    def _aux_loss(self) -> torch.Tensor | None:
+        if not self.training:
+            return None
+        losses = [m.aux_loss for m in self.modules() if isinstance(m, MoE)]
+        losses = [loss for loss in losses if loss is not None]
+        return torch.stack(losses).mean() if losses else None
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    @torch.no_grad()
+    def init_weights(self, seed: int = 0) -> None:
+        """Normal(0, initializer_range) for matrices, ones for norms; reproducible by seed."""
+        generator = torch.Generator().manual_seed(seed)
+        std = self.config.initializer_range
+        for name, param in self.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                values = torch.randn(param.shape, generator=generator) * std
+                param.copy_(values.to(param.dtype))
