@@ -1,0 +1,113 @@
+"""The `torch` backend: `TorchEngine` stepped by one background thread, behind the async
+`InferenceBackend` interface."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+import torch
+
+from etude.inference.backend import CompletionDelta, EngineStats, GenerationRequest
+from etude.inference.engine import EngineConfig, TorchEngine
+from etude.model.checkpoint import from_pretrained
+from etude.model.model import Transformer
+from etude.model.tokenizer import load_tokenizer
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, model: Transformer, tokenizer, config: EngineConfig | None = None,
+                 model_name: str = "model") -> None:  # fmt: skip
+        self.engine = TorchEngine(model, tokenizer, config)
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.num_parameters = model.num_parameters
+        self.max_model_len = self.engine.max_model_len
+        self._wake = threading.Event()
+        self._stopping = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="torch-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def load(cls, source: str | Path, *, tokenizer: str | Path | None = None,
+             dtype: str | None = None, seed: int = 0,
+             config: EngineConfig | None = None) -> TorchBackend:  # fmt: skip
+        """A preset (fresh weights from `seed`, the bundled tokenizer) or a checkpoint
+        directory (its own tokenizer unless `tokenizer` names another)."""
+        path = Path(source)
+        tok = load_tokenizer(tokenizer or (path if path.is_dir() else None))
+        model = from_pretrained(source, vocab_size=len(tok), seed=seed, dtype=dtype)
+        if model.config.eos_token_id is None:
+            model.config.eos_token_id = tok.eos_token_id
+        return cls(model, tok, config, model_name=path.name if path.is_dir() else str(source))
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.version
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
+        self._raise_if_dead()
+        loop = asyncio.get_running_loop()
+        deltas: asyncio.Queue[CompletionDelta] = asyncio.Queue()
+
+        def sink(delta: CompletionDelta) -> None:  # engine thread
+            loop.call_soon_threadsafe(deltas.put_nowait, delta)
+
+        self.engine.add_request(request, sink)
+        self._wake.set()
+        remaining = request.sampling.n
+        try:
+            while remaining:
+                delta = await deltas.get()
+                if delta.finish_reason is not None:
+                    remaining -= 1
+                yield delta
+        finally:
+            if remaining:  # the caller stopped listening: free the request's cache slots
+                self.engine.abort(request.request_id)
+                self._wake.set()
+
+    async def update_weights(self, version: int, tensors: Iterable[tuple[str, torch.Tensor]]):
+        self._raise_if_dead()
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[int] = loop.create_future()
+
+        def done(result) -> None:  # engine thread
+            setter = finished.set_exception if isinstance(result, BaseException) else (
+                finished.set_result)  # fmt: skip
+            loop.call_soon_threadsafe(setter, result)
+
+        self.engine.queue_weight_update(version, tensors, done)
+        self._wake.set()
+        return await finished
+
+    async def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        await asyncio.to_thread(self._thread.join)
+        self.engine.cancel_all()  # callers still waiting get a "cancelled" ending
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            if not self.engine.has_work():
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            try:
+                self.engine.step()
+            except BaseException as error:  # a fatal engine error: refuse further requests
+                self._error = error
+                self.engine.cancel_all()
+                raise
+
+    def _raise_if_dead(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the torch engine died: {self._error!r}") from self._error
