@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from etude.cli.model import app as model_app
 from etude.cli.search import app as search_app
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
 from etude.cli.status import StackStatus, read_status
@@ -36,6 +37,7 @@ app = typer.Typer(
 console = Console(stderr=True)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(search_app, name="search")
+app.add_typer(model_app, name="model")
 
 RunDirOption = Annotated[
     Path | None,

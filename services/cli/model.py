@@ -1,0 +1,55 @@
+"""`etude model …`: the policy model's assets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="The policy model: train its tokenizer.")
+console = Console(stderr=True)
+
+OutDir = Annotated[Path, typer.Option("--out", help="The tokenizer directory to write.")]
+
+
+@app.command("train-tokenizer")
+def train_tokenizer_command(
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(help="More files or directories (their *.py) to train on.", exists=True),
+    ] = None,
+    # 8192 = BUNDLED_VOCAB_SIZE: the tokenizer module is imported late, transformers is slow.
+    vocab_size: Annotated[
+        int, typer.Option("--vocab-size", help="Ids in all, special tokens included.")
+    ] = 8192,
+    out: OutDir = Path("tokenizer"),
+) -> None:
+    """Train the byte-level BPE on etude-mini and the repository's Python (plus PATHS).
+
+    The bundled tokenizer is made with `etude model train-tokenizer --out
+    services/model/assets/tokenizer`.
+    """
+    from etude.model.tokenizer import (
+        chars_per_token,
+        corpus_files,
+        corpus_texts,
+        default_corpus_files,
+        train_tokenizer,
+    )
+
+    files = corpus_files([*default_corpus_files(), *(paths or [])])
+    try:
+        tokenizer = train_tokenizer(files, vocab_size)
+    except ValueError as error:
+        console.print(f"[red]{error}[/]")
+        raise typer.Exit(1) from None
+    tokenizer.save_pretrained(out)
+    texts = list(corpus_texts(files))
+    size = sum(len(text.encode()) for text in texts)
+    ratio = chars_per_token(tokenizer, texts)
+    console.print(f"Wrote {out}", soft_wrap=True)
+    console.print(f"  vocabulary:  {len(tokenizer)} tokens")
+    console.print(f"  corpus:      {len(files)} files, {size:,} bytes of text")
+    console.print(f"  compression: {ratio:.2f} characters per token on the corpus")
