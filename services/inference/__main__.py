@@ -1,0 +1,67 @@
+"""`python -m etude.inference`: the inference service on its own — gRPC, and the
+OpenAI-compatible HTTP API in the same process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import uvicorn
+
+from etude.common.grpc_server import Registration, run_service
+from etude.common.logging import log_fields
+from etude.inference.backends import start_backend
+from etude.inference.config import InferenceSettings
+from etude.inference.metrics import watch_backend
+from etude.inference.openai_api import create_app
+from etude.inference.server import InferenceServicer, registration
+from etude.inference.serving import Serving
+
+log = logging.getLogger("etude.inference")
+
+
+async def build(
+    settings: InferenceSettings, resources: contextlib.AsyncExitStack
+) -> list[Registration]:
+    config = settings.inference
+    backend = await start_backend(config, settings.stack.run_dir)
+    resources.push_async_callback(backend.close)
+    watch_backend(backend)
+    serving = Serving(backend)
+
+    http = uvicorn.Server(
+        uvicorn.Config(
+            create_app(serving),
+            host=settings.grpc.host,
+            port=config.http_port,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
+    http_task = asyncio.create_task(http.serve())
+
+    async def stop_http() -> None:
+        http.should_exit = True
+        await http_task
+
+    resources.push_async_callback(stop_http)
+    while not http.started and not http_task.done():
+        await asyncio.sleep(0.01)
+    if http_task.done():
+        http_task.result()  # raises why the HTTP server could not start
+    port = http.servers[0].sockets[0].getsockname()[1]
+    log.info(
+        "policy loaded",
+        extra=log_fields(
+            model=backend.model_name,
+            backend=backend.name,
+            parameters=backend.num_parameters,
+            http=f"{settings.grpc.host}:{port}",
+        ),
+    )
+    return [registration(InferenceServicer(serving, config.max_update_bytes))]
+
+
+if __name__ == "__main__":
+    run_service("inference", build, InferenceSettings())

@@ -1,0 +1,54 @@
+"""Picks and starts the configured backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from etude.inference.backend import InferenceBackend
+from etude.inference.config import InferenceConfig
+from etude.inference.engine import EngineConfig
+from etude.inference.torch_backend import TorchBackend
+from etude.model.checkpoint import from_pretrained, save_checkpoint
+from etude.model.tokenizer import load_tokenizer
+
+
+def preset_checkpoint(config: InferenceConfig, directory: Path) -> Path:
+    """A preset written out as a checkpoint directory (vLLM loads only directories)."""
+    target = directory / f"{config.model}-seed{config.seed}-{config.dtype}"
+    if not (target / "config.json").exists():
+        tokenizer = load_tokenizer(config.tokenizer)
+        model = from_pretrained(
+            config.model, vocab_size=len(tokenizer), seed=config.seed, dtype=config.dtype
+        )
+        model.config.eos_token_id = tokenizer.eos_token_id
+        save_checkpoint(model, target, tokenizer)
+    return target
+
+
+async def start_backend(config: InferenceConfig, run_dir: Path) -> InferenceBackend:
+    if config.backend == "torch":
+        engine = EngineConfig(
+            max_num_seqs=config.max_num_seqs,
+            max_model_len=config.max_model_len,
+            max_prefill_tokens=config.max_prefill_tokens,
+        )
+        return TorchBackend.load(
+            config.model,
+            tokenizer=config.tokenizer,
+            dtype=config.dtype,
+            seed=config.seed,
+            config=engine,
+        )
+    from etude.inference.vllm_backend import VllmBackend  # vLLM is an optional dependency
+
+    source = Path(config.model)
+    if not source.is_dir():
+        source = preset_checkpoint(config, config.checkpoint_dir or run_dir / "inference")
+    return await VllmBackend.start(
+        source,
+        dtype=config.dtype,
+        max_model_len=config.max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        seed=config.seed,
+    )

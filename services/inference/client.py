@@ -1,0 +1,77 @@
+"""The gRPC client of the inference service: rollout workers generate through it, the
+trainer publishes weights through it. In-process callers use a backend directly: its
+`generate` and `update_weights` have the same shape."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+import grpc
+import torch
+from grpc import aio
+
+from etude.api.v1 import inference_pb2, inference_pb2_grpc
+from etude.common.grpc_client import insecure_channel
+from etude.common.settings import ClientSettings
+from etude.inference.backend import CompletionDelta, GenerationRequest, InferenceError
+from etude.inference.weight_stream import DEFAULT_CHUNK_BYTES, chunks
+from etude.inference.wire import delta_from_proto, request_to_proto
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    version: int
+    model_name: str
+    backend: str
+    num_parameters: int
+
+
+@dataclass(frozen=True, slots=True)
+class WeightUpdate:
+    version: int
+    tensors_updated: int
+    seconds: float
+
+
+class GrpcInference:
+    def __init__(
+        self, target: str, settings: ClientSettings | None = None, max_message_bytes: int = 64 << 20
+    ) -> None:
+        self.channel: aio.Channel = insecure_channel(
+            target, settings or ClientSettings(), max_message_bytes
+        )
+        self.stub = inference_pb2_grpc.InferenceServiceStub(self.channel)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
+        call = self.stub.Generate(request_to_proto(request))
+        try:
+            async for chunk in call:
+                yield delta_from_proto(chunk)
+        except aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise InferenceError(error.details()) from error
+            raise
+        finally:
+            call.cancel()  # no-op once finished; frees the server's cache otherwise
+
+    async def update_weights(
+        self,
+        version: int,
+        tensors: Iterable[tuple[str, torch.Tensor]],
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> WeightUpdate:
+        try:
+            reply = await self.stub.UpdateWeights(iter(chunks(version, tensors, chunk_bytes)))
+        except aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise InferenceError(error.details()) from error
+            raise
+        return WeightUpdate(reply.version.version, reply.tensors_updated, reply.seconds)
+
+    async def get_policy(self) -> Policy:
+        reply = await self.stub.GetPolicy(inference_pb2.GetPolicyRequest())
+        return Policy(reply.version.version, reply.model_name, reply.backend, reply.num_parameters)
+
+    async def close(self) -> None:
+        await self.channel.close()

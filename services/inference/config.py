@@ -1,0 +1,42 @@
+"""Settings of the inference service (`ETUDE_INFERENCE__*`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from etude.common.settings import EtudeSettings, Section
+
+
+class InferenceConfig(Section):
+    backend: Literal["torch", "vllm"] = "torch"
+    """`torch`: the built-in engine on the trainer's model code (identical numerics).
+    `vllm`: vLLM's AsyncLLM (needs vLLM installed; loads a checkpoint directory)."""
+    model: str = "tiny"
+    """A preset (`tiny`, `tiny-dense`, `small`: fresh weights from `seed`) or a checkpoint
+    directory in Hugging Face layout (config.json, *.safetensors, tokenizer files)."""
+    tokenizer: str | None = None
+    """A tokenizer directory; unset: the checkpoint's own, or the bundled one for presets."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    seed: int = 0
+    """Initial weights of a preset (the trainer publishes real ones through UpdateWeights)."""
+    max_num_seqs: int = Field(default=32, ge=1)
+    """Sequences decoded together; a request with n completions takes n."""
+    max_model_len: int = Field(default=4096, ge=16)
+    """Prompt plus completion, in tokens (capped by the model's max_position_embeddings)."""
+    max_prefill_tokens: int = Field(default=8192, ge=16)
+    """Padded prompt tokens prefilled in one engine step (torch backend)."""
+    gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
+    """vLLM: fraction of device memory (on the CPU, of RAM) for weights and KV cache."""
+    max_update_bytes: int = Field(default=64 << 30, ge=1)
+    """Largest UpdateWeights stream accepted (all tensors together)."""
+    http_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the OpenAI-compatible HTTP API (`/v1/completions`); 0 picks a free one."""
+    checkpoint_dir: Path | None = None
+    """Where a preset is written as a checkpoint for vLLM; unset: `<run dir>/inference`."""
+
+
+class InferenceSettings(EtudeSettings):
+    inference: InferenceConfig = InferenceConfig()

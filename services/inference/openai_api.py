@@ -1,0 +1,165 @@
+"""An OpenAI-compatible `/v1/completions` (plus `/v1/models` and `/health`) over the same
+`Serving` as the gRPC API, so standard clients and load tools can talk to the policy.
+
+Unknown request fields are refused (400) rather than ignored: a client asking for
+`echo` or `best_of` would otherwise get something other than what it asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
+from etude.inference.serving import Serving
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    prompt: str | list[int]
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """Not in OpenAI's API; vLLM's extension, same meaning."""
+    n: int = 1
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=0)
+    """0: the sampled tokens' logprobs (alternatives are not returned)."""
+    user: str | None = None
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind}})
+
+
+def create_app(serving: Serving) -> FastAPI:
+    backend = serving.backend
+    app = FastAPI(title="Étude inference (OpenAI-compatible)")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors()
+        )
+        return _error(400, problems)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "policy_version": backend.policy_version}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {
+            "object": "list",
+            "data": [{"id": backend.model_name, "object": "model", "owned_by": "etude"}],
+        }
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest):
+        prompt = (
+            body.prompt if isinstance(body.prompt, list) else backend.tokenizer.encode(body.prompt)
+        )
+        stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+        request = GenerationRequest(
+            request_id=f"cmpl-{uuid.uuid4().hex}",
+            prompt_token_ids=tuple(prompt),
+            sampling=SamplingParams(
+                temperature=body.temperature,
+                top_p=body.top_p,
+                top_k=body.top_k,
+                max_tokens=body.max_tokens,
+                stop=stop,
+                seed=body.seed,
+                n=body.n,
+            ),
+        )
+        stream = serving.generate(request)
+        try:
+            first = await anext(stream)
+        except InferenceError as error:
+            return _error(400, str(error))
+        except RuntimeError as error:
+            return _error(503, str(error), "server_error")
+        created = int(time.time())
+        base = {
+            "id": request.request_id,
+            "object": "text_completion",
+            "created": created,
+            "model": backend.model_name,
+        }
+
+        async def deltas():
+            yield first
+            async for delta in stream:
+                yield delta
+
+        if body.stream:
+            return StreamingResponse(
+                _sse(deltas(), base, body.logprobs is not None), media_type="text/event-stream"
+            )
+        choices = {
+            i: {"index": i, "text": "", "tokens": [], "logprobs": [], "finish_reason": None}
+            for i in range(body.n)
+        }
+        async for delta in deltas():
+            choice = choices[delta.index]
+            choice["text"] += delta.text
+            choice["tokens"] += delta.token_ids
+            choice["logprobs"] += delta.logprobs
+            choice["finish_reason"] = delta.finish_reason or choice["finish_reason"]
+        generated = sum(len(c["tokens"]) for c in choices.values())
+        return {
+            **base,
+            "choices": [_choice(c, body.logprobs is not None) for c in choices.values()],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": generated,
+                "total_tokens": len(prompt) + generated,
+            },
+        }
+
+    return app
+
+
+def _choice(c: dict, with_logprobs: bool) -> dict:
+    logprobs = None
+    if with_logprobs:
+        # Token ids as text ("token_id:N"), as vLLM does when tokens do not decode alone.
+        logprobs = {
+            "tokens": [f"token_id:{t}" for t in c["tokens"]],
+            "token_logprobs": c["logprobs"],
+        }
+    return {
+        "index": c["index"],
+        "text": c["text"],
+        "logprobs": logprobs,
+        "finish_reason": c["finish_reason"],
+    }
+
+
+async def _sse(deltas: AsyncIterator, base: dict, with_logprobs: bool) -> AsyncIterator[str]:
+    async for delta in deltas:
+        choice = _choice(
+            {
+                "index": delta.index,
+                "text": delta.text,
+                "tokens": delta.token_ids,
+                "logprobs": delta.logprobs,
+                "finish_reason": delta.finish_reason,
+            },
+            with_logprobs,
+        )
+        yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
+    yield "data: [DONE]\n\n"

@@ -1,0 +1,72 @@
+"""gRPC servicer of the inference service: protobuf in, plain requests to `Serving`, chunks
+out. Errors become status codes here and nowhere else."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from etude.api.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from etude.common.grpc_server import Registration
+from etude.inference.backend import InferenceError
+from etude.inference.serving import Serving
+from etude.inference.weight_stream import WeightStreamError, assemble
+from etude.inference.wire import chunk_to_proto, request_from_proto
+
+SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
+
+
+class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
+    def __init__(self, serving: Serving, max_update_bytes: int) -> None:
+        self.serving = serving
+        self.backend = serving.backend
+        self.max_update_bytes = max_update_bytes
+
+    async def Generate(self, request, context):
+        try:
+            generation = request_from_proto(request, self.backend.tokenizer)
+            stream = self.serving.generate(generation)
+            first = await anext(stream)
+        except InferenceError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except RuntimeError as error:  # the engine died
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+        # A client that goes away cancels this handler; closing the stream frees the cache.
+        try:
+            yield chunk_to_proto(first)
+            async for delta in stream:
+                yield chunk_to_proto(delta)
+        finally:
+            await stream.aclose()
+
+    async def UpdateWeights(self, request_iterator, context):
+        started = time.perf_counter()
+        try:
+            version, tensors = await assemble(request_iterator, self.max_update_bytes)
+            if version <= self.backend.policy_version:
+                raise InferenceError(
+                    f"version {version} is not newer than the served {self.backend.policy_version}"
+                )
+            loaded, seconds = await self.serving.update_weights(version, tensors, started)
+        except (WeightStreamError, InferenceError) as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        return inference_pb2.UpdateWeightsResponse(
+            version=common_pb2.PolicyVersion(version=version),
+            tensors_updated=loaded,
+            seconds=seconds,
+        )
+
+    async def GetPolicy(self, request, context):
+        return inference_pb2.PolicyInfo(
+            version=common_pb2.PolicyVersion(version=self.backend.policy_version),
+            model_name=self.backend.model_name,
+            backend=self.backend.name,
+            num_parameters=self.backend.num_parameters,
+        )
+
+
+def registration(servicer: InferenceServicer) -> Registration:
+    return Registration(
+        servicer, inference_pb2_grpc.add_InferenceServiceServicer_to_server, SERVICE_NAME
+    )

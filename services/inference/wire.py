@@ -1,0 +1,89 @@
+"""Conversions between the inference protobuf messages and the backend's plain types."""
+
+from __future__ import annotations
+
+from google.protobuf import unknown_fields
+
+from etude.api.v1 import inference_pb2
+from etude.inference.backend import (
+    CompletionDelta,
+    GenerationRequest,
+    InferenceError,
+    SamplingParams,
+)
+
+_FINISH_REASONS = {
+    "stop": inference_pb2.FINISH_REASON_STOP,
+    "length": inference_pb2.FINISH_REASON_LENGTH,
+    "cancelled": inference_pb2.FINISH_REASON_CANCELLED,
+}
+
+
+def _unknown_fields(message) -> list[int]:
+    return [field.field_number for field in unknown_fields.UnknownFieldSet(message)]
+
+
+def request_from_proto(message: inference_pb2.GenerateRequest, tokenizer) -> GenerationRequest:
+    """Raises InferenceError for fields this server does not know (a newer client asking
+    for something it would silently not get)."""
+    for part, name in ((message, "GenerateRequest"), (message.sampling, "SamplingParams")):
+        if unknown := _unknown_fields(part):
+            raise InferenceError(f"{name} has fields this server does not know: {unknown}")
+    if not message.request_id:
+        raise InferenceError("request_id is required")
+    prompt = tuple(message.prompt_token_ids) or tuple(tokenizer.encode(message.prompt_text))
+    s = message.sampling
+    sampling = SamplingParams(
+        temperature=s.temperature,
+        top_p=s.top_p or 1.0,  # 0 is proto3's "unset"
+        top_k=s.top_k,
+        max_tokens=s.max_tokens,
+        stop=tuple(s.stop),
+        seed=s.seed if s.HasField("seed") else None,
+        n=s.n or 1,
+    )
+    return GenerationRequest(
+        request_id=message.request_id, prompt_token_ids=prompt, sampling=sampling
+    )
+
+
+def chunk_to_proto(delta: CompletionDelta) -> inference_pb2.GenerateChunk:
+    return inference_pb2.GenerateChunk(
+        index=delta.index,
+        token_ids=delta.token_ids,
+        logprobs=delta.logprobs,
+        policy_versions=delta.policy_versions,
+        text=delta.text,
+        finish_reason=_FINISH_REASONS.get(delta.finish_reason or "", 0),
+    )
+
+
+_REASON_NAMES = {code: name for name, code in _FINISH_REASONS.items()}
+
+
+def request_to_proto(request: GenerationRequest) -> inference_pb2.GenerateRequest:
+    s = request.sampling
+    return inference_pb2.GenerateRequest(
+        request_id=request.request_id,
+        prompt_token_ids=request.prompt_token_ids,
+        sampling=inference_pb2.SamplingParams(
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            max_tokens=s.max_tokens,
+            stop=s.stop,
+            seed=s.seed,
+            n=s.n,
+        ),
+    )
+
+
+def delta_from_proto(chunk: inference_pb2.GenerateChunk) -> CompletionDelta:
+    return CompletionDelta(
+        index=chunk.index,
+        token_ids=list(chunk.token_ids),
+        logprobs=list(chunk.logprobs),
+        policy_versions=list(chunk.policy_versions),
+        text=chunk.text,
+        finish_reason=_REASON_NAMES.get(chunk.finish_reason),
+    )

@@ -1,0 +1,241 @@
+"""The inference service over real gRPC and HTTP on loopback: the contract, chunked weight
+updates, its error codes, the OpenAI-compatible API and the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import grpc
+import httpx
+import pytest
+import torch
+import uvicorn
+from prometheus_client import REGISTRY
+
+from etude.api.v1 import inference_pb2, inference_pb2_grpc
+from etude.common.grpc_server import ServiceRuntime
+from etude.common.net import free_port
+from etude.common.settings import GrpcSettings
+from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
+from etude.inference.client import GrpcInference
+from etude.inference.metrics import watch_backend
+from etude.inference.openai_api import create_app
+from etude.inference.server import InferenceServicer, registration
+from etude.inference.serving import Serving
+from etude.model.checkpoint import build_model
+
+
+@pytest.fixture
+async def service(backend):
+    watch_backend(backend)
+    serving = Serving(backend)
+    runtime = ServiceRuntime(
+        "inference",
+        GrpcSettings(port=0, drain_seconds=0),
+        [registration(InferenceServicer(serving, max_update_bytes=1 << 30))],
+    )
+    await runtime.start()
+    client = GrpcInference(runtime.address)
+    try:
+        yield runtime, client, serving
+    finally:
+        await client.close()
+        await runtime.shutdown()
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def greedy(prompt, max_tokens=8, **changes) -> GenerationRequest:
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, **changes)
+    return GenerationRequest(request_id="g", prompt_token_ids=tuple(prompt), sampling=sampling)
+
+
+async def collect(client, request) -> dict:
+    out = {"tokens": [], "logprobs": [], "versions": [], "text": "", "reason": None}
+    async for delta in client.generate(request):
+        out["tokens"] += delta.token_ids
+        out["logprobs"] += delta.logprobs
+        out["versions"] += delta.policy_versions
+        out["text"] += delta.text
+        out["reason"] = delta.finish_reason or out["reason"]
+    return out
+
+
+async def test_generate_streams_tokens_logprobs_and_versions(service, tokenizer):
+    runtime, client, _ = service
+    tokens_before = sample("etude_inference_generated_tokens_total")
+    async with grpc.aio.insecure_channel(runtime.address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        request = inference_pb2.GenerateRequest(
+            request_id="text",
+            prompt_text="def main():\n",
+            sampling=inference_pb2.SamplingParams(max_tokens=6, n=2, seed=1, temperature=1.0),
+        )
+        chunks = [chunk async for chunk in stub.Generate(request)]
+    by_index = {0: [], 1: []}
+    for chunk in chunks:
+        by_index[chunk.index].append(chunk)
+        assert len(chunk.logprobs) == len(chunk.token_ids) == len(chunk.policy_versions)
+    for completion in by_index.values():
+        assert sum(len(c.token_ids) for c in completion) == 6
+        assert completion[-1].finish_reason == inference_pb2.FINISH_REASON_LENGTH
+        assert all(lp <= 0 for c in completion for lp in c.logprobs)
+    assert sample("etude_inference_generated_tokens_total") - tokens_before == 12
+    assert sample("etude_inference_time_to_first_token_seconds_count") >= 1
+    policy = await client.get_policy()
+    assert (policy.version, policy.backend) == (0, "torch") and policy.num_parameters > 0
+
+
+async def test_chunked_weight_update_is_served_under_the_new_version(service, tokenizer, backend):
+    _, client, _ = service
+    replacement = build_model(backend.engine.model.config, seed=5).eval()
+    tensors = list(replacement.state_dict().items())
+    # 64 KiB chunks: the embedding (8192 × 64 fp32 = 2 MiB) arrives in 32 pieces.
+    update = await client.update_weights(7, tensors, chunk_bytes=64 << 10)
+    assert (update.version, update.tensors_updated) == (7, len(tensors))
+    assert (await client.get_policy()).version == 7
+    prompt = tokenizer.encode("for i in range(")
+    result = await collect(client, greedy(prompt))
+    assert set(result["versions"]) == {7}
+    with torch.no_grad():
+        expected = []
+        seq = list(prompt)
+        for _ in range(8):
+            seq.append(int(replacement(torch.tensor([seq])).logits[0, -1].argmax()))
+        expected = seq[len(prompt) :]
+    eos = tokenizer.eos_token_id
+    assert result["tokens"] == expected[: expected.index(eos) + 1 if eos in expected else 8]
+    assert sample("etude_inference_weight_update_seconds_count") >= 1
+    assert sample("etude_inference_policy_version") == 7
+
+
+async def test_malformed_weight_streams_are_refused_and_change_nothing(service, backend):
+    runtime, client, _ = service
+    weight = backend.engine.model.lm_head.weight.detach().clone()
+    with pytest.raises(InferenceError, match="not newer"):
+        await client.update_weights(0, [("lm_head.weight", weight)])
+    with pytest.raises(InferenceError, match="no tensor"):
+        await client.update_weights(2, [("lm_head.weight", weight), ("bogus", weight)])
+    async with grpc.aio.insecure_channel(runtime.address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        gap = [
+            inference_pb2.WeightChunk(version={"version": 3}),
+            inference_pb2.WeightChunk(name="lm_head.weight", dtype="float32", shape=[2, 2],
+                                      offset=8, data=b"\0" * 8),
+        ]  # fmt: skip
+        no_version = [inference_pb2.WeightChunk(name="x", dtype="float32", shape=[1], data=b"1234")]
+        for stream, message in ((gap, "offset"), (no_version, "first message")):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.UpdateWeights(iter(stream))
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert message in caught.value.details()
+    assert backend.policy_version == 0
+    assert torch.equal(backend.engine.model.lm_head.weight, weight)
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "sampling_fields", "message"),
+    [
+        ({"prompt_token_ids": []}, {"max_tokens": 4}, "prompt is empty"),
+        ({"prompt_token_ids": [5] * 300}, {"max_tokens": 4}, "context holds"),
+        ({"prompt_token_ids": [5, 6]}, {"max_tokens": 0}, "max_tokens"),
+        ({"prompt_token_ids": [5, 6], "request_id": ""}, {"max_tokens": 4}, "request_id"),
+    ],
+)
+async def test_bad_requests_get_invalid_argument_and_the_server_keeps_serving(
+    service, request_fields, sampling_fields, message
+):
+    runtime, client, _ = service
+    async with grpc.aio.insecure_channel(runtime.address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        request = inference_pb2.GenerateRequest(
+            **{"request_id": "bad", **request_fields},
+            sampling=inference_pb2.SamplingParams(**sampling_fields),
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            _ = [chunk async for chunk in stub.Generate(request)]
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in caught.value.details()
+    assert len((await collect(client, greedy([5, 6], 3)))["tokens"]) == 3
+
+
+async def test_unknown_sampling_fields_are_refused(service):
+    """A newer client's field (here number 42) must not be silently ignored."""
+    runtime, _, _ = service
+    sampling = inference_pb2.SamplingParams(max_tokens=4).SerializeToString()
+    unknown_field_42 = bytes([0xD0, 0x02, 0x01])  # tag (42 << 3 | varint), value 1
+    request = inference_pb2.GenerateRequest(
+        request_id="u", prompt_token_ids=[5],
+        sampling=inference_pb2.SamplingParams.FromString(sampling + unknown_field_42),
+    )  # fmt: skip
+    async with grpc.aio.insecure_channel(runtime.address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            _ = [chunk async for chunk in stub.Generate(request)]
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "[42]" in caught.value.details()
+
+
+async def test_a_client_that_goes_away_frees_its_cache(service, backend):
+    _, client, _ = service
+    stream = client.generate(greedy([5, 6, 7], max_tokens=200, n=3))
+    await anext(stream)
+    assert backend.stats().kv_cache_usage > 0
+    await stream.aclose()
+    for _ in range(200):
+        if backend.stats().kv_cache_usage == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert backend.stats().kv_cache_usage == 0 and backend.stats().running == 0
+
+
+@pytest.fixture
+async def http(backend):
+    server = uvicorn.Server(uvicorn.Config(create_app(Serving(backend)), host="127.0.0.1",
+                                           port=free_port("127.0.0.1"), log_level="warning",
+                                           lifespan="off"))  # fmt: skip
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        yield client
+    server.should_exit = True
+    await task
+
+
+async def test_openai_completions(http, tokenizer):
+    body = {"prompt": "def f(x):\n", "max_tokens": 5, "temperature": 0, "logprobs": 0, "n": 2}
+    reply = (await http.post("/v1/completions", json=body)).json()
+    assert reply["object"] == "text_completion" and len(reply["choices"]) == 2
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] in {"length", "stop"}
+    assert len(choice["logprobs"]["token_logprobs"]) == reply["usage"]["completion_tokens"] / 2
+    assert reply["usage"]["prompt_tokens"] == len(tokenizer.encode("def f(x):\n"))
+    # Greedy: both choices and a streamed run agree.
+    assert reply["choices"][1]["text"] == choice["text"]
+    streamed = ""
+    async with http.stream("POST", "/v1/completions", json={**body, "stream": True, "n": 1}) as r:
+        lines = [line async for line in r.aiter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    for line in lines[:-1]:
+        streamed += json.loads(line.removeprefix("data: "))["choices"][0]["text"]
+    assert streamed == choice["text"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"prompt": "x", "echo": True}, "echo"),
+        ({"prompt": "", "max_tokens": 3}, "prompt is empty"),
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ],
+)
+async def test_openai_bad_requests_get_400(http, body, message):
+    reply = await http.post("/v1/completions", json=body)
+    assert reply.status_code == 400
+    assert message in reply.json()["error"]["message"]
+    assert (await http.get("/health")).json()["status"] == "ok"
