@@ -153,5 +153,6 @@ def _print_status(status: StackStatus) -> None:
     for c in status.components:
         colour = "green" if c.health == "SERVING" else "red"
         pid = str(c.pid) if c.alive else f"{c.pid} (gone)"
-        table.add_row(c.name, c.address, c.metrics_url or "—", f"[{colour}]{c.health}[/]", pid)
+        address = f"{c.address}\n{c.http_url}" if c.http_url else c.address
+        table.add_row(c.name, address, c.metrics_url or "—", f"[{colour}]{c.health}[/]", pid)
     Console().print(table)

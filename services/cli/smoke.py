@@ -4,13 +4,15 @@ Checks every component's health and each service's /metrics page, sends one entr
 through the work queue on the stack's Redis (put with an idempotency key, a repeated put,
 get, ack) and confirms the stream ends empty, and drives one environment session through
 its tools (write, run, read, diff, close) in a throwaway repository, has codebase_search find
-a function the session just wrote (through the search service), and has the reward service
-grade a bundled task's gold patch.
+a function the session just wrote (through the search service), has the reward service
+grade a bundled task's gold patch, and has the inference service generate a completion
+with logprobs over gRPC and over its OpenAI-compatible HTTP API.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ import redis.asyncio as aioredis
 from rich.console import Console
 from rich.table import Table
 
-from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
+from etude.api.v1 import common_pb2, inference_pb2, inference_pb2_grpc, reward_pb2, reward_pb2_grpc
 from etude.cli.status import StackStatus
 from etude.common.ids import new_id
 from etude.common.payloads import RolloutRequest
@@ -158,6 +160,48 @@ async def reward_round_trip(address: str, settings: EtudeSettings) -> Check:
     return Check("reward of a gold patch", reply.reward == 1.0, detail)
 
 
+SMOKE_PROMPT = "def add(a, b):\n"
+
+
+async def inference_round_trip(address: str, settings: EtudeSettings) -> Check:
+    """Greedy tokens streamed over gRPC, each with a logprob and the policy version."""
+    request = inference_pb2.GenerateRequest(
+        request_id=new_id("smoke"),
+        prompt_text=SMOKE_PROMPT,
+        sampling=inference_pb2.SamplingParams(temperature=0, max_tokens=16),
+    )
+    started = time.perf_counter()
+    first_token = None
+    tokens, logprobs, versions = [], [], []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        async for chunk in stub.Generate(request, timeout=settings.client.timeout_seconds * 4):
+            first_token = first_token or time.perf_counter()
+            tokens += chunk.token_ids
+            logprobs += chunk.logprobs
+            versions += chunk.policy_versions
+    ok = 0 < len(tokens) == len(logprobs) == len(versions) and all(lp <= 0 for lp in logprobs)
+    seconds = time.perf_counter() - started
+    first_ms = ((first_token or started) - started) * 1000
+    detail = f"{len(tokens)} tokens, first after {first_ms:.0f} ms, {seconds * 1000:.0f} ms in all"
+    return Check("inference Generate (gRPC)", ok, detail)
+
+
+async def openai_completion(http_url: str) -> Check:
+    body = json.dumps({"prompt": SMOKE_PROMPT, "max_tokens": 8, "temperature": 0, "logprobs": 0})
+    request = urllib.request.Request(
+        f"{http_url}/v1/completions", data=body.encode(),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=30) as response:
+        reply = json.loads(response.read())
+    choice = reply["choices"][0]
+    ok = reply["usage"]["completion_tokens"] == len(choice["logprobs"]["token_logprobs"]) > 0
+    millis = (time.perf_counter() - started) * 1000
+    return Check("inference /v1/completions (HTTP)", ok, f"{millis:.0f} ms, {choice['text']!r}")
+
+
 def _check(name: str, coroutine) -> Check:
     try:
         return asyncio.run(coroutine)
@@ -179,6 +223,13 @@ def run_smoke(settings: EtudeSettings, status: StackStatus, console: Console) ->
     reward = next((c for c in status.components if c.name == "reward"), None)
     if reward is not None:
         checks.append(_check("reward of a gold patch", reward_round_trip(reward.address, settings)))
+    inference = next((c for c in status.components if c.name == "inference"), None)
+    if inference is not None:
+        generated = inference_round_trip(inference.address, settings)
+        checks.append(_check("inference Generate (gRPC)", generated))
+        if inference.http_url:
+            completed = openai_completion(inference.http_url)
+            checks.append(_check("inference /v1/completions (HTTP)", completed))
     table = Table(title="Smoke check")
     for column in ("check", "result", "detail"):
         table.add_column(column)

@@ -26,17 +26,20 @@ STATE_FILE = "stack.json"
 
 # Services `etude up` starts, in dependency order; each runs as `python -m etude.<name>`.
 # A service joins this list when it exists.
-LOCAL_SERVICES: tuple[str, ...] = ("search", "environment", "reward")
+LOCAL_SERVICES: tuple[str, ...] = ("inference", "search", "environment", "reward")
+# Services that also answer HTTP (a port of their own, `ETUDE_<NAME>__HTTP_PORT`).
+HTTP_SERVICES = frozenset({"inference"})
 
 
 @dataclass(frozen=True, slots=True)
 class ServiceSpec:
     name: str
     argv: tuple[str, ...]
+    http: bool = False
 
     @classmethod
     def module(cls, name: str) -> ServiceSpec:
-        return cls(name, (sys.executable, "-m", f"etude.{name}"))
+        return cls(name, (sys.executable, "-m", f"etude.{name}"), http=name in HTTP_SERVICES)
 
 
 @dataclass(slots=True)
@@ -49,6 +52,7 @@ class Component:
     pid: int
     log: str
     metrics_url: str | None = None
+    http_url: str | None = None
 
 
 @dataclass(slots=True)
@@ -126,7 +130,8 @@ class LocalStack:
         host = self.settings.stack.host
         log_path = self.run_dir / "logs" / f"{spec.name}.log"
         for _attempt in range(3):
-            port, metrics_port = free_port(host), free_port(host)
+            port, metrics_port, http_port = free_port(host), free_port(host), free_port(host)
+            http = {f"ETUDE_{spec.name.upper()}__HTTP_PORT": str(http_port)} if spec.http else {}
             env = {
                 **os.environ,
                 "ETUDE_GRPC__HOST": host,
@@ -135,6 +140,7 @@ class LocalStack:
                 "ETUDE_REDIS__URL": self.redis.url if self.redis else "",
                 "ETUDE_STACK__RUN_DIR": str(self.run_dir),
                 **self.addresses,
+                **http,
             }
             proc = spawn(spec.argv, log_path=log_path, env=env)
             self.processes[spec.name] = proc
@@ -147,6 +153,7 @@ class LocalStack:
                     proc.pid,
                     str(log_path),
                     metrics_url=f"http://{host}:{metrics_port}/metrics",
+                    http_url=f"http://{host}:{http_port}" if spec.http else None,
                 )
             terminate(proc, timeout=2)  # exited early (a port race) or never got healthy
         raise StackError(f"{spec.name} did not become healthy; its log says:\n{log_tail(log_path)}")

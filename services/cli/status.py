@@ -20,6 +20,7 @@ class ComponentStatus:
     health: str  # SERVING, NOT_SERVING, UNREACHABLE, ...
     pid: int
     alive: bool
+    http_url: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -70,7 +71,9 @@ def read_status(run_dir: Path) -> StackStatus | None:
     for c in state.components:
         health = redis_health(state.redis_url) if c.kind == "redis" else health_status(c.address)
         components.append(
-            ComponentStatus(c.name, c.address, c.metrics_url, health, c.pid, pid_alive(c.pid))
+            ComponentStatus(
+                c.name, c.address, c.metrics_url, health, c.pid, pid_alive(c.pid), c.http_url
+            )
         )
     return StackStatus(
         state.run_dir,
