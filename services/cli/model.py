@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-app = typer.Typer(help="The policy model: train its tokenizer.")
+app = typer.Typer(help="The policy model: write a checkpoint, train its tokenizer.")
 console = Console(stderr=True)
 
 OutDir = Annotated[Path, typer.Option("--out", help="The tokenizer directory to write.")]
@@ -53,3 +53,25 @@ def train_tokenizer_command(
     console.print(f"  vocabulary:  {len(tokenizer)} tokens")
     console.print(f"  corpus:      {len(files)} files, {size:,} bytes of text")
     console.print(f"  compression: {ratio:.2f} characters per token on the corpus")
+
+
+@app.command("init")
+def init_command(
+    out: Annotated[Path, typer.Option("--out", help="The checkpoint directory to write.")],
+    preset: Annotated[str, typer.Option(help="tiny, tiny-dense or small.")] = "tiny",
+    seed: Annotated[int, typer.Option(help="Seed of the initial weights.")] = 0,
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="A tokenizer directory; default: the bundled one.")
+    ] = None,
+) -> None:
+    """Write a freshly initialised model as a Hugging Face checkpoint directory (config.json,
+    model.safetensors, tokenizer), loadable by transformers, vLLM and `etude.model`."""
+    from etude.model.checkpoint import init_checkpoint
+
+    try:
+        model = init_checkpoint(preset, out, seed=seed, dtype=dtype, tokenizer_source=tokenizer)
+    except ValueError as error:
+        console.print(f"[red]{error}[/]")
+        raise typer.Exit(1) from None
+    console.print(f"Wrote {out}: {preset}, {model.num_parameters / 1e6:.1f} M parameters, {dtype}")

@@ -190,9 +190,10 @@ async def inference_round_trip(address: str, settings: EtudeSettings) -> Check:
 async def openai_completion(http_url: str) -> Check:
     body = json.dumps({"prompt": SMOKE_PROMPT, "max_tokens": 8, "temperature": 0, "logprobs": 0})
     request = urllib.request.Request(
-        f"{http_url}/v1/completions", data=body.encode(),
+        f"{http_url}/v1/completions",
+        data=body.encode(),
         headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     started = time.perf_counter()
     with urllib.request.urlopen(request, timeout=30) as response:
         reply = json.loads(response.read())

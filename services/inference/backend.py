@@ -35,6 +35,8 @@ class SamplingParams:
     """Set to make sampling reproducible, whatever else is batched alongside."""
     n: int = 1
     """Completions for the prompt; they share the prompt's prefill."""
+    ignore_eos: bool = False
+    """Keep generating past the end-of-sequence token (benchmarks want fixed lengths)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,20 +8,20 @@ from etude.inference.backend import InferenceBackend
 from etude.inference.config import InferenceConfig
 from etude.inference.engine import EngineConfig
 from etude.inference.torch_backend import TorchBackend
-from etude.model.checkpoint import from_pretrained, save_checkpoint
-from etude.model.tokenizer import load_tokenizer
+from etude.model.checkpoint import init_checkpoint
 
 
 def preset_checkpoint(config: InferenceConfig, directory: Path) -> Path:
     """A preset written out as a checkpoint directory (vLLM loads only directories)."""
     target = directory / f"{config.model}-seed{config.seed}-{config.dtype}"
     if not (target / "config.json").exists():
-        tokenizer = load_tokenizer(config.tokenizer)
-        model = from_pretrained(
-            config.model, vocab_size=len(tokenizer), seed=config.seed, dtype=config.dtype
+        init_checkpoint(
+            config.model,
+            target,
+            seed=config.seed,
+            dtype=config.dtype,
+            tokenizer_source=config.tokenizer,
         )
-        model.config.eos_token_id = tokenizer.eos_token_id
-        save_checkpoint(model, target, tokenizer)
     return target
 
 

@@ -83,8 +83,9 @@ class TorchEngine:
         self.max_model_len = min(self.config.max_model_len, model.config.max_position_embeddings)
         dtype = next(model.parameters()).dtype
         device = next(model.parameters()).device
-        self.cache = KVCache(model.config, self.config.max_num_seqs, self.max_model_len,
-                             dtype=dtype, device=device)  # fmt: skip
+        self.cache = KVCache(
+            model.config, self.config.max_num_seqs, self.max_model_len, dtype=dtype, device=device
+        )
         self.free_slots = list(range(self.config.max_num_seqs))
         self.waiting: deque[_Request] = deque()
         self.running: dict[str, _Request] = {}
@@ -108,9 +109,11 @@ class TorchEngine:
             self._aborts.add(request_id)
 
     def queue_weight_update(
-        self, version: int, tensors: Iterable[tuple[str, torch.Tensor]],
+        self,
+        version: int,
+        tensors: Iterable[tuple[str, torch.Tensor]],
         done: Callable[[int | BaseException], None],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Check names and shapes now (a bad update changes nothing), apply between steps."""
         staged = []
         for name, tensor, expert in self._adapter.iter_from_hf(tensors):
@@ -135,8 +138,11 @@ class TorchEngine:
         with self._lock:
             new = len(self._new)
         used = self.config.max_num_seqs - len(self.free_slots)
-        return EngineStats(running=len(self.running), waiting=len(self.waiting) + new,
-                           kv_cache_usage=used / self.config.max_num_seqs)  # fmt: skip
+        return EngineStats(
+            running=len(self.running),
+            waiting=len(self.waiting) + new,
+            kv_cache_usage=used / self.config.max_num_seqs,
+        )
 
     def validate(self, request: GenerationRequest) -> None:
         p = request.sampling
@@ -277,8 +283,12 @@ class TorchEngine:
         for (state, seq), token, logprob in zip(owners, tokens, logprobs, strict=True):
             seq.tokens.append(token)
             seq.num_generated += 1
-            delta = CompletionDelta(index=seq.index, token_ids=[token], logprobs=[logprob],
-                                    policy_versions=[self.version])  # fmt: skip
+            delta = CompletionDelta(
+                index=seq.index,
+                token_ids=[token],
+                logprobs=[logprob],
+                policy_versions=[self.version],
+            )
             reason = self._update_text(state, seq, token)
             if reason is None and seq.num_generated >= state.params.max_tokens:
                 reason = "length"
@@ -297,7 +307,7 @@ class TorchEngine:
     def _update_text(self, state: _Request, seq: _Sequence, token: int) -> str | None:
         """Decode the completion so far; end it at EOS or at a stop string (cut from the
         text; the tokens stay as sampled)."""
-        if token == self.tokenizer.eos_token_id:
+        if token == self.tokenizer.eos_token_id and not state.params.ignore_eos:
             return "stop"
         text = self.tokenizer.decode(seq.tokens[len(state.request.prompt_token_ids) :])
         if text.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its bytes

@@ -77,8 +77,9 @@ def load_model(directory: Path, dtype: str | None = None) -> Transformer:
     return model.to(torch_dtype(dtype or config.torch_dtype))
 
 
-def from_pretrained(source: str | Path, *, vocab_size: int | None = None, seed: int = 0,
-                    dtype: str | None = None) -> Transformer:  # fmt: skip
+def from_pretrained(
+    source: str | Path, *, vocab_size: int | None = None, seed: int = 0, dtype: str | None = None
+) -> Transformer:
     """A preset name (`tiny`, `tiny-dense`, `small`: fresh weights from `seed`) or a
     checkpoint directory."""
     path = Path(source)
@@ -86,3 +87,21 @@ def from_pretrained(source: str | Path, *, vocab_size: int | None = None, seed: 
         return load_model(path, dtype)
     config = preset(str(source), vocab_size or 8192)
     return build_model(config, seed, dtype)
+
+
+def init_checkpoint(
+    preset_name: str,
+    directory: Path,
+    *,
+    seed: int = 0,
+    dtype: str = "float32",
+    tokenizer_source: str | Path | None = None,
+) -> Transformer:
+    """Write a fresh preset with its tokenizer as a checkpoint directory."""
+    from etude.model.tokenizer import load_tokenizer  # transformers is slow to import
+
+    tokenizer = load_tokenizer(tokenizer_source)
+    model = from_pretrained(preset_name, vocab_size=len(tokenizer), seed=seed, dtype=dtype)
+    model.config.eos_token_id = model.config.pad_token_id = tokenizer.eos_token_id
+    save_checkpoint(model, directory, tokenizer)
+    return model

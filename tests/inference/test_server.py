@@ -123,9 +123,10 @@ async def test_malformed_weight_streams_are_refused_and_change_nothing(service, 
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         gap = [
             inference_pb2.WeightChunk(version={"version": 3}),
-            inference_pb2.WeightChunk(name="lm_head.weight", dtype="float32", shape=[2, 2],
-                                      offset=8, data=b"\0" * 8),
-        ]  # fmt: skip
+            inference_pb2.WeightChunk(
+                name="lm_head.weight", dtype="float32", shape=[2, 2], offset=8, data=b"\0" * 8
+            ),
+        ]
         no_version = [inference_pb2.WeightChunk(name="x", dtype="float32", shape=[1], data=b"1234")]
         for stream, message in ((gap, "offset"), (no_version, "first message")):
             with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -168,9 +169,10 @@ async def test_unknown_sampling_fields_are_refused(service):
     sampling = inference_pb2.SamplingParams(max_tokens=4).SerializeToString()
     unknown_field_42 = bytes([0xD0, 0x02, 0x01])  # tag (42 << 3 | varint), value 1
     request = inference_pb2.GenerateRequest(
-        request_id="u", prompt_token_ids=[5],
+        request_id="u",
+        prompt_token_ids=[5],
         sampling=inference_pb2.SamplingParams.FromString(sampling + unknown_field_42),
-    )  # fmt: skip
+    )
     async with grpc.aio.insecure_channel(runtime.address) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -194,9 +196,15 @@ async def test_a_client_that_goes_away_frees_its_cache(service, backend):
 
 @pytest.fixture
 async def http(backend):
-    server = uvicorn.Server(uvicorn.Config(create_app(Serving(backend)), host="127.0.0.1",
-                                           port=free_port("127.0.0.1"), log_level="warning",
-                                           lifespan="off"))  # fmt: skip
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(Serving(backend)),
+            host="127.0.0.1",
+            port=free_port("127.0.0.1"),
+            log_level="warning",
+            lifespan="off",
+        )
+    )
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
