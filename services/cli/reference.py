@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from etude.common.settings import EtudeSettings, reference_markdown
 from etude.environment.config import EnvironmentSettings
+from etude.inference.config import InferenceSettings
 from etude.reward.config import RewardSettings
 from etude.search.config import SearchSettings
 
-ALL_SETTINGS = (EtudeSettings, SearchSettings, EnvironmentSettings, RewardSettings)
+ALL_SETTINGS = (
+    EtudeSettings,
+    InferenceSettings,
+    SearchSettings,
+    EnvironmentSettings,
+    RewardSettings,
+)
 
 
 def configuration_markdown() -> str:

@@ -20,6 +20,7 @@ class InferenceConfig(Section):
     tokenizer: str | None = None
     """A tokenizer directory; unset: the checkpoint's own, or the bundled one for presets."""
     dtype: Literal["float32", "bfloat16"] = "float32"
+    """Weights and KV cache. fp32 on the CPU (bf16 matmuls are slow there); bf16 on a GPU."""
     seed: int = 0
     """Initial weights of a preset (the trainer publishes real ones through UpdateWeights)."""
     max_num_seqs: int = Field(default=32, ge=1)
