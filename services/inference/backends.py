@@ -50,5 +50,6 @@ async def start_backend(config: InferenceConfig, run_dir: Path) -> InferenceBack
         max_model_len=config.max_model_len,
         max_num_seqs=config.max_num_seqs,
         gpu_memory_utilization=config.gpu_memory_utilization,
+        enforce_eager=config.enforce_eager,
         seed=config.seed,
     )

@@ -33,6 +33,9 @@ class InferenceConfig(Section):
     """vLLM: fraction of device memory (on the CPU, of RAM) for weights and KV cache."""
     max_update_bytes: int = Field(default=64 << 30, ge=1)
     """Largest UpdateWeights stream accepted (all tensors together)."""
+    enforce_eager: bool = True
+    """vLLM: skip torch.compile and CUDA graphs. On a CPU an engine then starts in ~10 s
+    rather than ~30 s plus a compile on the first request; on a GPU set it false."""
     http_port: int = Field(default=0, ge=0, le=65535)
     """Port of the OpenAI-compatible HTTP API (`/v1/completions`); 0 picks a free one."""
     checkpoint_dir: Path | None = None

@@ -1,0 +1,452 @@
+"""The `vllm` inference backend: vLLM's v1 `AsyncLLM` over a Hugging Face checkpoint directory.
+
+Processes. `AsyncLLM` always runs vLLM's `EngineCore` (scheduler, KV cache, model) in a child
+process and talks to it over ZMQ; this module sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (unless
+already set) so that the model worker runs inside that child instead of in a third process.
+Scripts that start a backend therefore need an ``if __name__ == "__main__":`` guard. Starting
+takes ~10 s on a CPU, most of it the child importing vLLM; `start` blocks the event loop
+meanwhile.
+
+Numerics. Logprobs are vLLM's ``raw_logprobs``: log_softmax of the model's logits before
+temperature, top-k or top-p, which is what the trainer recomputes. Sampled tokens are
+reproducible per request when `SamplingParams.seed` is set (completion ``i`` of ``n`` uses
+``seed + i``), whatever else runs alongside.
+
+Weight updates (`update_weights`). The scheduler is paused between two steps (vLLM's
+``pause_generation(mode="keep")``), the tensors are loaded in place by vLLM's layerwise
+``reload_weights`` in the worker, the new version is labelled in the engine, and the scheduler
+resumes. Requests in flight stay queued; the pause also empties the KV and prefix caches
+(running requests are preempted and recomputed), so no token after the update is conditioned
+on a cache computed with the old weights. Each token carries the version of the weights that
+sampled it as vLLM labelled the engine step (``weight_version``), not the version current when
+it reached us: tokens sampled just before an update often arrive after it. The labels are read
+from vLLM's client-side request state (``output_processor``), an internal of vLLM 0.32 that a
+vLLM upgrade must re-check (the tests do); request ids must be unique among those in flight.
+
+vLLM 0.32's reload does not redo the CPU MoE kernel's weight packing: on a reload
+`UnquantizedFusedMoEMethod` copies the new experts into the packed parameters in checkpoint
+layout and skips ``fused_experts.process_weights_after_loading`` (the prepack), so an MoE
+model's logprobs are off (by 0.1 to 2 nats on the tests' tiny model) until its experts are
+packed again. GPU expert kernels have nothing to redo there.
+`_WorkerExtension.etude_reload_weights` re-runs that packing (`cpu_prepack_moe_weight`, the
+same op the first load runs) on every CPU MoE layer after the reload, which makes an update
+exact: logprobs after an update equal those of an engine started from the new checkpoint.
+Limitation: that repair needs ``moe_intermediate_size`` to be a multiple of the CPU kernel's
+alignment (32; every Qwen3-MoE release is), since vLLM pads other sizes at load time and its
+reload cannot copy unpadded experts into padded parameters; such a model is refused at
+update time, before any weight changes. Weights travel to the engine process as one
+safetensors blob over vLLM's RPC: fine for small policies, a copy of the whole model per
+update for large ones (vLLM's NCCL weight-transfer engine is the GPU answer).
+
+Stats come from vLLM's scheduler (running, waiting, KV cache usage), recorded by a stat logger
+on every engine step; with stats on, vLLM also registers its ``vllm:*`` Prometheus metrics in
+the default registry. On CPU the KV cache is ``kv_cache_memory_bytes`` when given, else
+``gpu_memory_utilization`` of the NUMA node's memory minus what the worker already uses; the
+legacy ``VLLM_CPU_KVCACHE_SPACE`` variable (GiB), when set, overrides both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+# Before anything of vLLM runs; the engine process it starts inherits the environment.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from transformers import AutoTokenizer
+from vllm import SamplingParams as VllmSamplingParams
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.inputs import TokensPrompt
+from vllm.sampling_params import RequestOutputKind
+from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.metrics.loggers import StatLoggerBase
+
+from etude.inference.backend import (
+    CompletionDelta,
+    EngineStats,
+    FinishReason,
+    GenerationRequest,
+    InferenceError,
+)
+
+_FINISH_REASONS: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "abort": "cancelled",
+}
+
+
+class HFTokenizer:
+    """The checkpoint's tokenizer, speaking the backend's `Tokenizer` protocol: `encode` adds
+    no special tokens, `decode` keeps them."""
+
+    def __init__(self, checkpoint_dir: Path) -> None:
+        self._tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
+        self.eos_token_id: int | None = self._tokenizer.eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self._tokenizer.decode(token_ids)
+
+    def __len__(self) -> int:
+        return len(self._tokenizer)
+
+
+class _LatestSchedulerStats(StatLoggerBase):
+    """Keeps the scheduler's figures from the last engine step (vLLM calls `record` once per
+    step with stats on)."""
+
+    def __init__(self) -> None:  # vLLM's factory signature is handled at the call site
+        self.running = 0
+        self.waiting = 0
+        self.kv_cache_usage = 0.0
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+        if scheduler_stats is not None:
+            self.running = scheduler_stats.num_running_reqs
+            self.waiting = scheduler_stats.num_waiting_reqs
+            self.kv_cache_usage = scheduler_stats.kv_cache_usage
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+
+class _WorkerExtension:
+    """Mixed into vLLM's worker class (``worker_extension_cls``), so it runs in the engine
+    process with the model at hand; called through ``collective_rpc``."""
+
+    def etude_check_reloadable(self) -> None:
+        for name, layer in _cpu_moe_layers(self.model_runner.get_model()):
+            experts = layer.quant_method.moe_kernel.fused_experts
+            size = experts.moe_config.intermediate_size_per_partition
+            if experts._padded_intermediate_size(experts.moe_config) != size:
+                raise ValueError(
+                    f"{name}: the CPU MoE kernel pads moe_intermediate_size {size} at load "
+                    "time and vLLM's in-place reload cannot refill padded experts; use a "
+                    "multiple of 32 to update this model's weights"
+                )
+
+    def etude_reload_weights(self, blob: bytes) -> int:
+        """Load the safetensors `blob` in place, then pack the CPU MoE experts again."""
+        from vllm._custom_ops import cpu_prepack_moe_weight
+
+        weights = load_safetensors(blob)
+        self.reload_weights(weights_iterator=iter(weights.items()))
+        with torch.no_grad():
+            for _, layer in _cpu_moe_layers(self.model_runner.get_model()):
+                isa = layer.quant_method.moe_kernel.fused_experts.isa
+                for param in (layer.w13_weight, layer.w2_weight):
+                    # In place: the kernel and any captured graph keep this storage.
+                    param.data.copy_(cpu_prepack_moe_weight(param.data, isa))
+        return len(weights)
+
+
+def _cpu_moe_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The MoE layers whose experts run on vLLM's CPU grouped-gemm kernel (packed weights)."""
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    layers = []
+    for name, module in model.named_modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if isinstance(experts, CPUUnquantizedExperts) and not experts._use_zentorch:
+            layers.append((name, module))
+    return layers
+
+
+def _count_parameters(checkpoint_dir: Path) -> int:
+    total = 0
+    for path in sorted(checkpoint_dir.glob("*.safetensors")):
+        with safe_open(path, framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                total += _numel(f.get_slice(key).get_shape())
+    return total
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for dim in shape:
+        n *= dim
+    return n
+
+
+def _pack(tensors: Iterable[tuple[str, torch.Tensor]]) -> bytes:
+    """One safetensors blob; tensors that share storage (tied weights) are copied apart."""
+    named: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in tensors:
+        t = tensor.detach().to("cpu").contiguous()
+        if t.untyped_storage().data_ptr() in seen:
+            t = t.clone()
+        seen.add(t.untyped_storage().data_ptr())
+        named[name] = t
+    return save_safetensors(named)
+
+
+class VllmBackend:
+    """`InferenceBackend` over vLLM's `AsyncLLM`. Build it with `await VllmBackend.start(...)`."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        engine: AsyncLLM,
+        *,
+        tokenizer: HFTokenizer,
+        model_name: str,
+        num_parameters: int,
+        version: int,
+        stats_sink: _LatestSchedulerStats,
+    ) -> None:
+        self._engine = engine
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.num_parameters = num_parameters
+        self.max_model_len: int = engine.model_config.max_model_len
+        self._vocab_size: int = engine.model_config.get_vocab_size()
+        self._version = version
+        self._stats = stats_sink
+        self._update_lock = asyncio.Lock()
+        self._closed = False
+        self._in_flight = 0  # completions of requests being streamed
+        self._request_ids: set[str] = set()
+        self.last_update_seconds: float | None = None
+        """How long the last `update_weights` held generation paused."""
+
+    @classmethod
+    async def start(
+        cls,
+        checkpoint_dir: str | Path,
+        *,
+        dtype: str = "float32",
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.3,
+        kv_cache_memory_bytes: int | None = None,
+        max_num_seqs: int | None = None,
+        enforce_eager: bool = False,
+        seed: int = 0,
+        model_name: str | None = None,
+        version: int = 0,
+    ) -> VllmBackend:
+        """Start an engine on `checkpoint_dir` (config.json, *.safetensors, tokenizer files).
+
+        `gpu_memory_utilization` is the fraction of device memory vLLM may take (on CPU: of the
+        NUMA node's memory, KV cache included); `kv_cache_memory_bytes` sizes the KV cache
+        directly instead. `enforce_eager` skips torch.compile and CUDA graphs: a much faster
+        start, slower steps. `version` is the policy version of the checkpoint's weights.
+        """
+        checkpoint_dir = Path(checkpoint_dir)
+        if not (checkpoint_dir / "config.json").is_file():
+            raise InferenceError(f"{checkpoint_dir} is not a checkpoint: no config.json")
+        model_name = model_name or checkpoint_dir.name
+        stats_sink = _LatestSchedulerStats()
+        args = AsyncEngineArgs(
+            model=str(checkpoint_dir),
+            served_model_name=[model_name],
+            dtype=dtype,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            max_num_seqs=max_num_seqs,
+            enforce_eager=enforce_eager,
+            seed=seed,
+            logprobs_mode="raw_logprobs",
+            generation_config="vllm",  # the request's sampling, not the checkpoint's defaults
+            worker_extension_cls=f"{_WorkerExtension.__module__}._WorkerExtension",
+            disable_log_stats=True,  # vLLM's periodic log lines; our sink still gets stats
+        )
+        engine = AsyncLLM.from_engine_args(args, stat_loggers=[lambda _cfg, _idx: stats_sink])
+        try:
+            await engine.update_weight_version(str(version))
+            backend = cls(
+                engine,
+                tokenizer=HFTokenizer(checkpoint_dir),
+                model_name=model_name,
+                num_parameters=_count_parameters(checkpoint_dir),
+                version=version,
+                stats_sink=stats_sink,
+            )
+        except BaseException:
+            engine.shutdown()
+            raise
+        return backend
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def _check(self, request: GenerationRequest) -> VllmSamplingParams:
+        s = request.sampling
+        prompt = request.prompt_token_ids
+        if not prompt:
+            raise InferenceError("the prompt is empty: at least one token is needed")
+        if len(prompt) >= self.max_model_len:
+            raise InferenceError(
+                f"the prompt has {len(prompt)} tokens; max_model_len is {self.max_model_len} "
+                "and at least one position must be left for the completion"
+            )
+        if bad := [t for t in prompt if not 0 <= t < self._vocab_size]:
+            raise InferenceError(
+                f"token ids outside the vocabulary (0..{self._vocab_size}): {bad[:5]}"
+            )
+        if s.max_tokens < 1:
+            raise InferenceError(f"max_tokens must be at least 1, got {s.max_tokens}")
+        if s.n < 1:
+            raise InferenceError(f"n must be at least 1, got {s.n}")
+        if s.temperature < 0:
+            raise InferenceError(f"temperature must be >= 0, got {s.temperature}")
+        if not 0 < s.top_p <= 1:
+            raise InferenceError(f"top_p must be in (0, 1], got {s.top_p}")
+        if s.top_k < 0:
+            raise InferenceError(f"top_k must be >= 0 (0 disables it), got {s.top_k}")
+        try:
+            return VllmSamplingParams(
+                n=s.n,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=s.top_k,
+                max_tokens=s.max_tokens,
+                stop=list(s.stop),
+                seed=s.seed,
+                logprobs=0,  # the sampled token's own logprob only
+                output_kind=RequestOutputKind.DELTA,
+            )
+        except ValueError as e:
+            raise InferenceError(str(e)) from e
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
+        if self._closed:
+            raise InferenceError("the backend is closed")
+        params = self._check(request)
+        if request.request_id in self._request_ids:
+            raise InferenceError(f"request id {request.request_id!r} is already in flight")
+        n = request.sampling.n
+        emitted = [0] * n  # tokens already streamed, per completion
+        labels: dict[int, Any] | None = None  # completion index -> vLLM's request state
+        stream = self._engine.generate(
+            TokensPrompt(prompt_token_ids=list(request.prompt_token_ids)),
+            params,
+            request.request_id,
+        )
+        self._in_flight += n
+        self._request_ids.add(request.request_id)
+        try:
+            while True:
+                try:
+                    output = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                except ValueError as e:  # vLLM refused the request
+                    raise InferenceError(str(e)) from e
+                if labels is None:
+                    labels = self._request_states(request.request_id)
+                for c in output.outputs:
+                    finish = c.finish_reason
+                    if finish is not None and finish not in _FINISH_REASONS:
+                        raise InferenceError(f"vLLM ended completion {c.index} with {finish}")
+                    token_ids = list(c.token_ids)
+                    start = emitted[c.index]
+                    emitted[c.index] += len(token_ids)
+                    yield CompletionDelta(
+                        index=c.index,
+                        token_ids=token_ids,
+                        logprobs=[c.logprobs[i][t].logprob for i, t in enumerate(token_ids)]
+                        if c.logprobs
+                        else [],
+                        policy_versions=self._versions(labels.get(c.index), c, start),
+                        text=c.text,
+                        finish_reason=_FINISH_REASONS[finish] if finish else None,
+                    )
+        finally:
+            self._in_flight -= n
+            self._request_ids.discard(request.request_id)
+            # Closing vLLM's generator aborts the request in the engine and frees its cache.
+            await stream.aclose()
+
+    def _request_states(self, request_id: str) -> dict[int, Any]:
+        """vLLM's client-side state of each completion of a request in flight, by index. It
+        records the weight version of every engine step that produced tokens as (version,
+        first token index) pairs; the objects outlive the request, so they are kept."""
+        processor = self._engine.output_processor
+        states = (processor.request_states.get(i) for i in processor.external_req_ids[request_id])
+        return {s.request_index: s for s in states if s is not None}
+
+    def _versions(self, state: Any, completion: Any, start: int) -> list[int]:
+        """The version of the weights that sampled each new token of `completion` (output
+        tokens `start`, `start + 1`...), as the engine labelled them. A token that arrives
+        after an update may still come from the weights before it: the labels, not the
+        time of arrival, decide."""
+        count = len(completion.token_ids)
+        if state is not None:
+            starts = list(state.weight_version_starts)
+        else:  # finished before we looked: the last output carries the spans
+            starts = [(span.version, span.start) for span in completion.weight_versions or ()]
+        if not starts:
+            return [self._version] * count
+        versions = []
+        for i in range(start, start + count):
+            label = next((v for v, first in reversed(starts) if first <= i), starts[0][0])
+            versions.append(int(label))
+        return versions
+
+    async def update_weights(
+        self, version: int, tensors: Iterable[tuple[str, torch.Tensor]]
+    ) -> int:
+        if self._closed:
+            raise InferenceError("the backend is closed")
+        blob = _pack(tensors)
+        async with self._update_lock:
+            try:
+                await self._engine.collective_rpc("etude_check_reloadable")
+            except Exception as e:
+                raise InferenceError(f"cannot load version {version}: {e}") from e
+            started = time.perf_counter()
+            await self._engine.pause_generation(mode="keep", clear_cache=True)
+            try:
+                try:
+                    (loaded,) = await self._engine.collective_rpc(
+                        "etude_reload_weights", args=(blob,)
+                    )
+                except Exception as e:
+                    raise InferenceError(
+                        f"loading version {version} failed (the engine's weights may be "
+                        f"partly updated): {e}"
+                    ) from e
+                await self._engine.update_weight_version(str(version))
+                self._version = version
+            finally:
+                await self._engine.resume_generation()
+            self.last_update_seconds = time.perf_counter() - started
+        return loaded
+
+    def stats(self) -> EngineStats:
+        """The scheduler's figures after its last step. vLLM reports them only when a step
+        runs, so after an abort leaves the engine idle they would stay stale: with no request
+        of ours in flight the engine is idle by construction and reports zeros."""
+        if self._in_flight == 0:
+            return EngineStats(running=0, waiting=0, kv_cache_usage=0.0)
+        return EngineStats(
+            running=self._stats.running,
+            waiting=self._stats.waiting,
+            kv_cache_usage=self._stats.kv_cache_usage,
+        )
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._engine.shutdown()
+            # AsyncLLM.__del__ shuts down again; let it run now rather than at interpreter
+            # exit, when the modules it calls into are already torn down.
+            del self._engine
+            gc.collect()
