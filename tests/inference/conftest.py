@@ -15,10 +15,16 @@ from etude.model.tokenizer import load_tokenizer
 
 def small_moe_config(vocab_size: int):
     return dataclasses.replace(
-        tiny(vocab_size), hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=32, num_hidden_layers=2, moe_intermediate_size=64, num_experts=4,
+        tiny(vocab_size),
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_hidden_layers=2,
+        moe_intermediate_size=64,
+        num_experts=4,
         max_position_embeddings=256,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import torch
 
 from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
 from etude.model.checkpoint import build_model
+from tests.inference.completions import run_request
 
 TOLERANCE = 1e-4
 
@@ -18,20 +19,6 @@ def _prompt(tokenizer, text: str) -> tuple[int, ...]:
 
 
 PROMPTS = ["def add(a, b):\n", "import os\nclass Cache:\n    def get(self, key", "x = [1, 2"]
-
-
-async def _run(backend, request: GenerationRequest) -> dict[int, dict]:
-    """Collect every completion of a request: tokens, logprobs, versions, text, reason."""
-    out: dict[int, dict] = {}
-    async for delta in backend.generate(request):
-        c = out.setdefault(delta.index, {"tokens": [], "logprobs": [], "versions": [],
-                                         "text": "", "reason": None})  # fmt: skip
-        c["tokens"] += delta.token_ids
-        c["logprobs"] += delta.logprobs
-        c["versions"] += delta.policy_versions
-        c["text"] += delta.text
-        c["reason"] = delta.finish_reason or c["reason"]
-    return out
 
 
 def _greedy(request_id, prompt, max_tokens=12, **sampling) -> GenerationRequest:
@@ -62,13 +49,14 @@ def _forward_logprobs(model, prompt, completion) -> torch.Tensor:
 async def test_concurrent_greedy_equals_a_full_recompute_loop(backend, model, tokenizer):
     prompts = [_prompt(tokenizer, p) for p in PROMPTS]
     results = await asyncio.gather(
-        *(_run(backend, _greedy(f"r{i}", p)) for i, p in enumerate(prompts))
+        *(run_request(backend, _greedy(f"r{i}", p)) for i, p in enumerate(prompts))
     )
     for prompt, result in zip(prompts, results, strict=True):
         expected = _naive_greedy(model, prompt, 12, tokenizer.eos_token_id)
         assert result[0]["tokens"] == expected
-        assert result[0]["reason"] == ("stop" if expected[-1] == tokenizer.eos_token_id
-                                       else "length")  # fmt: skip
+        assert result[0]["reason"] == (
+            "stop" if expected[-1] == tokenizer.eos_token_id else "length"
+        )
         assert result[0]["text"] == tokenizer.decode(expected)
 
 
@@ -77,8 +65,9 @@ async def test_logprobs_equal_the_models_forward_on_the_generated_sequence(
 ):
     prompt = _prompt(tokenizer, PROMPTS[1])
     params = SamplingParams(temperature=1.0, top_k=50, top_p=0.9, max_tokens=16, seed=7)
-    result = await _run(backend, GenerationRequest(request_id="lp", prompt_token_ids=prompt,
-                                                   sampling=params))  # fmt: skip
+    result = await run_request(
+        backend, GenerationRequest(request_id="lp", prompt_token_ids=prompt, sampling=params)
+    )
     completion = result[0]["tokens"]
     expected = _forward_logprobs(model, prompt, completion)
     # Logprobs are the model's own (before temperature and filtering), as a trainer computes.
@@ -92,24 +81,26 @@ async def test_seeded_output_does_not_depend_on_batching_or_n(backend, tokenizer
         params = SamplingParams(temperature=0.8, max_tokens=10, seed=123, n=n)
         return GenerationRequest(request_id=request_id, prompt_token_ids=prompt, sampling=params)
 
-    alone = await _run(backend, seeded("alone", 1))
-    busy = [_run(backend, _greedy(f"other{i}", _prompt(tokenizer, p), 20))
-            for i, p in enumerate(PROMPTS)]  # fmt: skip
-    together, *_ = await asyncio.gather(_run(backend, seeded("with-n", 3)), *busy)
+    alone = await run_request(backend, seeded("alone", 1))
+    busy = [
+        run_request(backend, _greedy(f"other{i}", _prompt(tokenizer, p), 20))
+        for i, p in enumerate(PROMPTS)
+    ]
+    together, *_ = await asyncio.gather(run_request(backend, seeded("with-n", 3)), *busy)
     assert together[0]["tokens"] == alone[0]["tokens"]
     assert len(together) == 3 and all(len(c["tokens"]) == 10 for c in together.values())
     # The n completions are distinct samples, not copies.
     assert len({tuple(c["tokens"]) for c in together.values()}) > 1
-    again = await _run(backend, seeded("again", 3))
+    again = await run_request(backend, seeded("again", 3))
     assert [again[i]["tokens"] for i in range(3)] == [together[i]["tokens"] for i in range(3)]
 
 
 async def test_stop_string_ends_the_completion_and_is_cut_from_the_text(backend, tokenizer):
     prompt = _prompt(tokenizer, PROMPTS[0])
-    free = (await _run(backend, _greedy("free", prompt, 16)))[0]
+    free = (await run_request(backend, _greedy("free", prompt, 16)))[0]
     assert len(free["text"]) >= 6
     stop = free["text"][3:6]
-    cut = (await _run(backend, _greedy("cut", prompt, 16, stop=(stop,))))[0]
+    cut = (await run_request(backend, _greedy("cut", prompt, 16, stop=(stop,))))[0]
     assert cut["reason"] == "stop"
     assert cut["text"] == free["text"][: free["text"].index(stop)]
     assert len(cut["tokens"]) < len(free["tokens"])
@@ -131,27 +122,28 @@ async def test_update_weights_mid_stream_tags_later_tokens_with_the_new_version(
     assert versions == sorted(versions)  # never goes back
     assert backend.policy_version == 3
     # After the update the engine samples the new weights.
-    after = (await _run(backend, _greedy("after", prompt, 8)))[0]["tokens"]
+    after = (await run_request(backend, _greedy("after", prompt, 8)))[0]["tokens"]
     assert after == _naive_greedy(replacement.eval(), prompt, 8, tokenizer.eos_token_id)
 
 
 async def test_a_bad_weight_update_changes_nothing(backend, tokenizer):
     prompt = _prompt(tokenizer, PROMPTS[0])
-    before = (await _run(backend, _greedy("b", prompt, 6)))[0]["tokens"]
+    before = (await run_request(backend, _greedy("b", prompt, 6)))[0]["tokens"]
     good = torch.zeros_like(backend.engine.model.lm_head.weight)
     with pytest.raises(InferenceError, match="no tensor"):
         await backend.update_weights(1, [("lm_head.weight", good), ("nope.weight", good)])
     with pytest.raises(InferenceError, match="shape"):
         await backend.update_weights(1, [("lm_head.weight", good[:3])])
     assert backend.policy_version == 0
-    assert (await _run(backend, _greedy("a", prompt, 6)))[0]["tokens"] == before
+    assert (await run_request(backend, _greedy("a", prompt, 6)))[0]["tokens"] == before
 
 
 async def test_closing_the_stream_cancels_and_frees_the_cache(backend, tokenizer):
     prompt = _prompt(tokenizer, PROMPTS[1])
     params = SamplingParams(temperature=0.0, max_tokens=200, n=4)
-    stream = backend.generate(GenerationRequest(request_id="c", prompt_token_ids=prompt,
-                                                sampling=params))  # fmt: skip
+    stream = backend.generate(
+        GenerationRequest(request_id="c", prompt_token_ids=prompt, sampling=params)
+    )
     await anext(stream)
     assert backend.stats().kv_cache_usage == pytest.approx(4 / 8)
     await stream.aclose()
@@ -174,8 +166,9 @@ async def test_closing_the_stream_cancels_and_frees_the_cache(backend, tokenizer
 )
 async def test_bad_requests_are_refused_with_a_clear_error(backend, prompt_len, changes, message):
     params = SamplingParams(**{"max_tokens": 4, **changes})
-    request = GenerationRequest(request_id="bad", prompt_token_ids=(5,) * prompt_len,
-                                sampling=params)  # fmt: skip
+    request = GenerationRequest(
+        request_id="bad", prompt_token_ids=(5,) * prompt_len, sampling=params
+    )
     with pytest.raises(InferenceError, match=message):
         await anext(backend.generate(request))
     assert backend.stats().running == 0

@@ -24,6 +24,7 @@ from etude.inference.openai_api import create_app
 from etude.inference.server import InferenceServicer, registration
 from etude.inference.serving import Serving
 from etude.model.checkpoint import build_model
+from tests.inference.completions import run_request
 
 
 @pytest.fixture
@@ -54,14 +55,7 @@ def greedy(prompt, max_tokens=8, **changes) -> GenerationRequest:
 
 
 async def collect(client, request) -> dict:
-    out = {"tokens": [], "logprobs": [], "versions": [], "text": "", "reason": None}
-    async for delta in client.generate(request):
-        out["tokens"] += delta.token_ids
-        out["logprobs"] += delta.logprobs
-        out["versions"] += delta.policy_versions
-        out["text"] += delta.text
-        out["reason"] = delta.finish_reason or out["reason"]
-    return out
+    return (await run_request(client, request))[0]
 
 
 async def test_generate_streams_tokens_logprobs_and_versions(service, tokenizer):

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
+from tests.inference.completions import run_request
 
 pytestmark = [
     pytest.mark.skipif(
@@ -111,21 +112,6 @@ async def vllm_env(tmp_path_factory):
     await backend.close()
 
 
-async def _run(backend, request: GenerationRequest) -> dict[int, dict]:
-    """Every completion of a request: tokens, logprobs, versions, text, finish reason."""
-    out: dict[int, dict] = {}
-    async for delta in backend.generate(request):
-        c = out.setdefault(
-            delta.index, {"tokens": [], "logprobs": [], "versions": [], "text": "", "reason": None}
-        )
-        c["tokens"] += delta.token_ids
-        c["logprobs"] += delta.logprobs
-        c["versions"] += delta.policy_versions
-        c["text"] += delta.text
-        c["reason"] = delta.finish_reason or c["reason"]
-    return out
-
-
 def _request(request_id, prompt, **sampling) -> GenerationRequest:
     sampling.setdefault("temperature", 0.0)
     return GenerationRequest(
@@ -158,9 +144,8 @@ async def _assert_matches_hf(env: Env, model, version: int, max_tokens: int = 16
     """Greedy tokens equal HF's, logprobs equal HF's forward; returns the largest difference."""
     worst = 0.0
     for i, prompt in enumerate(env.prompts):
-        (c,) = (
-            await _run(env.backend, _request(f"g{version}-{i}", prompt, max_tokens=max_tokens))
-        ).values()
+        request = _request(f"g{version}-{i}", prompt, max_tokens=max_tokens)
+        (c,) = (await run_request(env.backend, request)).values()
         assert c["tokens"] == _hf_greedy(model, prompt, max_tokens)
         assert c["versions"] == [version] * len(c["tokens"])
         worst = max(worst, _max_diff(c["logprobs"], _hf_logprobs(model, prompt, c["tokens"])))
@@ -177,7 +162,7 @@ async def test_greedy_and_sampled_logprobs_match_transformers(vllm_env: Env):
     # Sampled with temperature, top-k and top-p: the logprobs stay the model's own.
     prompt = vllm_env.prompts[0]
     sampled = _request("s", prompt, temperature=0.7, top_k=20, top_p=0.9, seed=3, max_tokens=16)
-    (c,) = (await _run(backend, sampled)).values()
+    (c,) = (await run_request(backend, sampled)).values()
     reference = _hf_logprobs(vllm_env.hf["ck0"], prompt, c["tokens"])
     assert _max_diff(c["logprobs"], reference) <= TOLERANCE
 
@@ -185,10 +170,10 @@ async def test_greedy_and_sampled_logprobs_match_transformers(vllm_env: Env):
 async def test_seeded_samples_do_not_depend_on_what_runs_alongside(vllm_env: Env):
     backend, prompt = vllm_env.backend, vllm_env.prompts[1]
     seeded = dict(temperature=1.0, n=3, seed=1234, max_tokens=12)
-    alone = await _run(backend, _request("alone", prompt, **seeded))
+    alone = await run_request(backend, _request("alone", prompt, **seeded))
     busy = _request("busy", vllm_env.prompts[2], temperature=1.0, n=2, max_tokens=40)
     batched, _ = await asyncio.gather(
-        _run(backend, _request("batched", prompt, **seeded)), _run(backend, busy)
+        run_request(backend, _request("batched", prompt, **seeded)), run_request(backend, busy)
     )
     assert sorted(alone) == [0, 1, 2]
     assert {i: c["tokens"] for i, c in alone.items()} == {
@@ -199,12 +184,12 @@ async def test_seeded_samples_do_not_depend_on_what_runs_alongside(vllm_env: Env
 
 async def test_a_stop_string_ends_the_completion(vllm_env: Env):
     backend, prompt = vllm_env.backend, vllm_env.prompts[0]
-    (free,) = (await _run(backend, _request("free", prompt, max_tokens=24))).values()
+    (free,) = (await run_request(backend, _request("free", prompt, max_tokens=24))).values()
     assert free["reason"] == "length"
     text = free["text"]
     stop = text[len(text) // 2 : len(text) // 2 + 2]
     (stopped,) = (
-        await _run(backend, _request("stop", prompt, max_tokens=24, stop=(stop,)))
+        await run_request(backend, _request("stop", prompt, max_tokens=24, stop=(stop,)))
     ).values()
     assert stopped["reason"] == "stop"
     assert stopped["text"] == text[: text.index(stop)]
@@ -271,5 +256,5 @@ async def test_bad_requests_are_refused_with_a_reason(vllm_env: Env):
         with pytest.raises(InferenceError, match=message):
             async for _ in backend.generate(request):
                 pytest.fail(f"{name}: a delta was produced")
-    (ok,) = (await _run(backend, _request("ok", (5, 6), max_tokens=2))).values()
+    (ok,) = (await run_request(backend, _request("ok", (5, 6), max_tokens=2))).values()
     assert len(ok["tokens"]) == 2  # the engine is still serving
