@@ -20,8 +20,13 @@ from etude.model.tokenizer import load_tokenizer
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, model: Transformer, tokenizer, config: EngineConfig | None = None,
-                 model_name: str = "model") -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer,
+        config: EngineConfig | None = None,
+        model_name: str = "model",
+    ) -> None:
         self.engine = TorchEngine(model, tokenizer, config)
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -34,9 +39,15 @@ class TorchBackend:
         self._thread.start()
 
     @classmethod
-    def load(cls, source: str | Path, *, tokenizer: str | Path | None = None,
-             dtype: str | None = None, seed: int = 0,
-             config: EngineConfig | None = None) -> TorchBackend:  # fmt: skip
+    def load(
+        cls,
+        source: str | Path,
+        *,
+        tokenizer: str | Path | None = None,
+        dtype: str | None = None,
+        seed: int = 0,
+        config: EngineConfig | None = None,
+    ) -> TorchBackend:
         """A preset (fresh weights from `seed`, the bundled tokenizer) or a checkpoint
         directory (its own tokenizer unless `tokenizer` names another)."""
         path = Path(source)
@@ -81,8 +92,11 @@ class TorchBackend:
         finished: asyncio.Future[int] = loop.create_future()
 
         def done(result) -> None:  # engine thread
-            setter = finished.set_exception if isinstance(result, BaseException) else (
-                finished.set_result)  # fmt: skip
+            setter = (
+                finished.set_exception
+                if isinstance(result, BaseException)
+                else (finished.set_result)
+            )
             loop.call_soon_threadsafe(setter, result)
 
         self.engine.queue_weight_update(version, tensors, done)

@@ -77,6 +77,7 @@ from etude.inference.backend import (
     GenerationRequest,
     InferenceError,
 )
+from etude.model.state_dict_adapter import split_stacked_experts
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
@@ -165,13 +166,35 @@ def _cpu_moe_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]
     return layers
 
 
-def _count_parameters(checkpoint_dir: Path) -> int:
-    total = 0
+def _checkpoint_shapes(checkpoint_dir: Path) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every tensor of the checkpoint (read from the file headers)."""
+    shapes = {}
     for path in sorted(checkpoint_dir.glob("*.safetensors")):
         with safe_open(path, framework="pt") as f:
             for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                total += _numel(f.get_slice(key).get_shape())
-    return total
+                shapes[key] = tuple(f.get_slice(key).get_shape())
+    return shapes
+
+
+def _checked(
+    tensors: Iterable[tuple[str, torch.Tensor]], shapes: dict[str, tuple[int, ...]]
+) -> list[tuple[str, torch.Tensor]]:
+    """Checkpoint-named tensors (stacked experts split), each known with the right shape.
+    vLLM's loaders skip names they do not know, so an unchecked typo would change nothing
+    and still report success."""
+    named = [
+        (name, tensor)
+        for name, tensor in split_stacked_experts(tensors)
+        if name != "lm_head.weight" or name in shapes  # tied: the embedding carries it
+    ]
+    for name, tensor in named:
+        if name not in shapes:
+            raise InferenceError(f"the model has no tensor {name!r}")
+        if tuple(tensor.shape) != shapes[name]:
+            raise InferenceError(
+                f"{name}: shape {tuple(tensor.shape)} != the model's {shapes[name]}"
+            )
+    return named
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -205,14 +228,15 @@ class VllmBackend:
         *,
         tokenizer: HFTokenizer,
         model_name: str,
-        num_parameters: int,
+        shapes: dict[str, tuple[int, ...]],
         version: int,
         stats_sink: _LatestSchedulerStats,
     ) -> None:
         self._engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
-        self.num_parameters = num_parameters
+        self.num_parameters = sum(_numel(shape) for shape in shapes.values())
+        self._shapes = shapes
         self.max_model_len: int = engine.model_config.max_model_len
         self._vocab_size: int = engine.model_config.get_vocab_size()
         self._version = version
@@ -273,7 +297,7 @@ class VllmBackend:
                 engine,
                 tokenizer=HFTokenizer(checkpoint_dir),
                 model_name=model_name,
-                num_parameters=_count_parameters(checkpoint_dir),
+                shapes=_checkpoint_shapes(checkpoint_dir),
                 version=version,
                 stats_sink=stats_sink,
             )
@@ -319,6 +343,7 @@ class VllmBackend:
                 max_tokens=s.max_tokens,
                 stop=list(s.stop),
                 seed=s.seed,
+                ignore_eos=s.ignore_eos,
                 logprobs=0,  # the sampled token's own logprob only
                 output_kind=RequestOutputKind.DELTA,
             )
@@ -405,7 +430,7 @@ class VllmBackend:
     ) -> int:
         if self._closed:
             raise InferenceError("the backend is closed")
-        blob = _pack(tensors)
+        blob = _pack(_checked(tensors, self._shapes))
         async with self._update_lock:
             try:
                 await self._engine.collective_rpc("etude_check_reloadable")

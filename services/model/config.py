@@ -86,9 +86,15 @@ class ModelConfig:
         if self.is_moe:
             values.update(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"])
         else:
-            for key in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
-                        "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
-                        "router_aux_loss_coef"):  # fmt: skip
+            for key in (
+                "num_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+                "norm_topk_prob",
+                "decoder_sparse_step",
+                "mlp_only_layers",
+                "router_aux_loss_coef",
+            ):
                 values.pop(key)
             values.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"])
         return {**self.extra, **values}

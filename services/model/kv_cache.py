@@ -25,8 +25,9 @@ class KVCache:
         device: torch.device | str = "cpu",
     ) -> None:
         shape = (num_slots, max_len, config.num_key_value_heads, config.head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device)
-                     for _ in range(config.num_hidden_layers)]  # fmt: skip
+        self.keys = [
+            torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)
+        ]
         self.values = [torch.zeros_like(k) for k in self.keys]
         self.num_slots = num_slots
         self.max_len = max_len

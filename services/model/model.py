@@ -78,15 +78,21 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         if cache is None:
             out = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                is_causal=True, enable_gqa=True,
-            )  # fmt: skip
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                is_causal=True,
+                enable_gqa=True,
+            )
         else:
             k, v = cache.write_and_read(layer, k, v)
             out = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
-                attn_mask=cache.mask, enable_gqa=True,
-            )  # fmt: skip
+                q.transpose(1, 2),
+                k.transpose(1, 2).to(q.dtype),
+                v.transpose(1, 2).to(q.dtype),
+                attn_mask=cache.mask,
+                enable_gqa=True,
+            )
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 

@@ -20,23 +20,32 @@ _FUSED = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<proj>gate_up_proj|down_
 _STACKED = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<proj>gate_proj|up_proj|down_proj)$")
 
 
+def split_stacked_experts(
+    tensors: Iterable[tuple[str, torch.Tensor]],
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Our stacked expert tensors as the checkpoint's one-per-expert tensors; every other
+    tensor unchanged."""
+    for name, tensor in tensors:
+        match = _STACKED.match(name)
+        if match is None:
+            yield name, tensor
+            continue
+        for e in range(tensor.shape[0]):
+            yield f"{match['prefix']}.{e}.{match['proj']}.weight", tensor[e]
+
+
 class StateDictAdapter:
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
 
     def to_hf(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Our state dict → checkpoint tensors (what save_pretrained writes)."""
-        out: dict[str, torch.Tensor] = {}
-        for name, tensor in state.items():
-            if self.config.tie_word_embeddings and name == "lm_head.weight":
-                continue
-            match = _STACKED.match(name)
-            if match is None:
-                out[name] = tensor
-                continue
-            for e in range(tensor.shape[0]):
-                out[f"{match['prefix']}.{e}.{match['proj']}.weight"] = tensor[e]
-        return out
+        tied = self.config.tie_word_embeddings
+        return {
+            name: tensor
+            for name, tensor in split_stacked_experts(state.items())
+            if not (tied and name == "lm_head.weight")
+        }
 
     def iter_from_hf(
         self, tensors: Iterable[tuple[str, torch.Tensor]]

@@ -24,6 +24,7 @@ from etude.inference.openai_api import create_app
 from etude.inference.server import InferenceServicer, registration
 from etude.inference.serving import Serving
 from etude.model.checkpoint import build_model
+from etude.model.state_dict_adapter import StateDictAdapter
 from tests.inference.completions import run_request
 
 
@@ -86,7 +87,8 @@ async def test_generate_streams_tokens_logprobs_and_versions(service, tokenizer)
 async def test_chunked_weight_update_is_served_under_the_new_version(service, tokenizer, backend):
     _, client, _ = service
     replacement = build_model(backend.engine.model.config, seed=5).eval()
-    tensors = list(replacement.state_dict().items())
+    # Checkpoint names, one tensor per expert, as a trainer publishes them.
+    tensors = list(StateDictAdapter(replacement.config).to_hf(replacement.state_dict()).items())
     # 64 KiB chunks: the embedding (8192 × 64 fp32 = 2 MiB) arrives in 32 pieces.
     update = await client.update_weights(7, tensors, chunk_bytes=64 << 10)
     assert (update.version, update.tensors_updated) == (7, len(tensors))

