@@ -19,10 +19,18 @@ TOLERANCE = 1e-4  # fp32 logits
 
 def _small_moe_config(**changes) -> ModelConfig:
     config = dataclasses.replace(
-        tiny(vocab_size=512), hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=32, num_hidden_layers=3, moe_intermediate_size=48, intermediate_size=96,
-        num_experts=6, num_experts_per_tok=2, mlp_only_layers=(1,),
-    )  # fmt: skip
+        tiny(vocab_size=512),
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_hidden_layers=3,
+        moe_intermediate_size=48,
+        intermediate_size=96,
+        num_experts=6,
+        num_experts_per_tok=2,
+        mlp_only_layers=(1,),
+    )
     return dataclasses.replace(config, **changes)
 
 
@@ -33,12 +41,21 @@ def _tokens(vocab: int, shape=(2, 24), seed=0) -> torch.Tensor:
 @pytest.mark.parametrize("norm_topk_prob", [True, False])
 def test_transformers_checkpoint_loads_with_equal_logits(tmp_path, norm_topk_prob):
     hf_config = Qwen3MoeConfig(
-        vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=6,
-        num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=norm_topk_prob,
-        mlp_only_layers=[1], rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=6,
+        num_experts_per_tok=2,
+        moe_intermediate_size=48,
+        norm_topk_prob=norm_topk_prob,
+        mlp_only_layers=[1],
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         max_position_embeddings=128,
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     reference = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).eval()
     reference.save_pretrained(tmp_path)
