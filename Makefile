@@ -51,6 +51,7 @@ bench: $(STAMP)  ## Every benchmark in full; JSON results land in bench-results/
 	$(BIN)/python loadtests/environment_latency.py --json bench-results/environment_latency.json
 	$(BIN)/python loadtests/reward_latency.py --json bench-results/reward_latency.json
 	$(BIN)/python loadtests/search_latency.py --json bench-results/search_latency.json
+	$(BIN)/python loadtests/inference_throughput.py --json bench-results/inference_throughput.json
 
 clean:
 	rm -rf $(VENV) .etude bench-results .pytest_cache .ruff_cache

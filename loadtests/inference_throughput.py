@@ -150,7 +150,7 @@ async def run(plan: Plan) -> dict:
             await engine_tokens_per_s(backend, plan, 1, tokenizer)  # warm-up
             for clients in (1, 8, 32):
                 rate = await engine_tokens_per_s(backend, plan, clients, tokenizer)
-                target = 3 * baseline if clients >= 8 else None
+                target = round(3 * baseline, 1) if clients >= 8 else None
                 metrics[f"tokens_per_s_c{clients}"] = metric(
                     rate, "tokens/s", baseline=baseline, target=target
                 )
