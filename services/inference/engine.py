@@ -231,7 +231,7 @@ class TorchEngine:
             prompt = list(state.request.prompt_token_ids)
             seed = state.params.seed
             for index in range(state.params.n):
-                generator = sequence_generator(seed, index)
+                generator = sequence_generator(seed, index, self._device)
                 slot = self.free_slots.pop()
                 state.sequences.append(_Sequence(index, slot, list(prompt), generator))
             self.running[state.request.request_id] = state
@@ -245,13 +245,15 @@ class TorchEngine:
             return
         prompts = [list(s.request.prompt_token_ids) for s in admitted]
         width = max(map(len, prompts))
-        tokens = torch.zeros(len(prompts), width, dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            tokens[row, : len(prompt)] = torch.tensor(prompt)
-        slots = torch.tensor([s.sequences[0].slot for s in admitted])
-        last = torch.tensor([row * width + len(p) - 1 for row, p in enumerate(prompts)])
-        batch = CacheBatch(self.cache, slots, torch.zeros(len(prompts), dtype=torch.long), width)
-        logits = self.model(tokens.to(self._device), cache=batch, logits_at=last).logits
+        padded = [prompt + [0] * (width - len(prompt)) for prompt in prompts]
+        device = self._device
+        tokens = torch.tensor(padded, device=device)
+        slots = torch.tensor([s.sequences[0].slot for s in admitted], device=device)
+        starts = torch.zeros(len(prompts), dtype=torch.long, device=device)
+        last = torch.tensor([row * width + len(p) - 1 for row, p in enumerate(prompts)],
+                            device=device)  # fmt: skip
+        logits = self.model(tokens, cache=CacheBatch(self.cache, slots, starts, width),
+                            logits_at=last).logits  # fmt: skip
         rows, owners = [], []
         for row, state in enumerate(admitted):
             first = state.sequences[0]
@@ -259,7 +261,7 @@ class TorchEngine:
             self.cache.copy_prefix(first.slot, others, len(prompts[row]))
             rows.extend([row] * len(state.sequences))
             owners.extend((state, seq) for seq in state.sequences)
-        self._sample_and_emit(logits[torch.tensor(rows)], owners)
+        self._sample_and_emit(logits[torch.tensor(rows, device=self._device)], owners)
 
     def _decode(self) -> None:
         owners = [
@@ -271,8 +273,8 @@ class TorchEngine:
         if not owners:
             return
         tokens = torch.tensor([[seq.tokens[-1]] for _, seq in owners], device=self._device)
-        slots = torch.tensor([seq.slot for _, seq in owners])
-        starts = torch.tensor([len(seq.tokens) - 1 for _, seq in owners])
+        slots = torch.tensor([seq.slot for _, seq in owners], device=self._device)
+        starts = torch.tensor([len(seq.tokens) - 1 for _, seq in owners], device=self._device)
         logits = self.model(tokens, cache=CacheBatch(self.cache, slots, starts, 1)).logits
         self._sample_and_emit(logits[:, 0], owners)
 

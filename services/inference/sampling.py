@@ -9,9 +9,12 @@ import torch
 from etude.inference.backend import SamplingParams
 
 
-def sequence_generator(seed: int | None, index: int) -> torch.Generator:
-    """The random stream of completion `index` of a request (seeded, or from the OS)."""
-    generator = torch.Generator()
+def sequence_generator(
+    seed: int | None, index: int, device: torch.device | str = "cpu"
+) -> torch.Generator:
+    """The random stream of completion `index` of a request (seeded, or from the OS), on the
+    device the logits live on."""
+    generator = torch.Generator(device=device)
     if seed is None:
         generator.seed()
     else:
