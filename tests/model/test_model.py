@@ -127,14 +127,15 @@ def test_expert_matmuls_go_through_the_grouped_mm_entry_point():
     assert calls == [20] * 6
 
 
-def test_training_forward_returns_the_load_balancing_loss_and_gradients_reach_experts():
-    model = build_model(_small_moe_config(), seed=0).train()
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_training_forward_returns_the_load_balancing_loss_and_gradients_reach_experts(dtype):
+    model = build_model(_small_moe_config(), seed=0, dtype=dtype).train()
     out = model(_tokens(512, (2, 16)))
     assert out.aux_loss is not None
     # Switch loss is ≥ top_k (equality only for perfectly uniform routing); a fresh router
     # is close to uniform.
     assert 2.0 <= float(out.aux_loss.detach()) < 3.0
-    loss = out.logits.logsumexp(-1).mean() + 0.01 * out.aux_loss
+    loss = out.logits.float().logsumexp(-1).mean() + 0.01 * out.aux_loss
     loss.backward()
     experts = model.model.layers[0].mlp.experts
     assert experts.gate_proj.grad is not None and experts.gate_proj.grad.abs().sum() > 0
