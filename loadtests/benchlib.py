@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -11,6 +12,14 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+
+def argument_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every benchmark takes: `--quick` (under a minute) and `--json PATH`."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller run, under a minute")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    return parser
 
 
 def percentile(values: list[float], q: float) -> float:

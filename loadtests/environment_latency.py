@@ -19,7 +19,6 @@ stack, on a generated 10 MB repository; the load comes from this process.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import random
@@ -28,7 +27,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import median, metric, percentile, print_metrics, start_service, write_json
+from benchlib import (
+    argument_parser,
+    median,
+    metric,
+    percentile,
+    print_metrics,
+    start_service,
+    write_json,
+)
 
 from etude.api.v1 import search_pb2, search_pb2_grpc
 from etude.common.grpc_server import Registration, ServiceRuntime
@@ -228,9 +235,7 @@ async def run(repo: Path, workdir: Path, plan: Plan, think_s: float, search_s: f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run, under a minute")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--think-ms", type=float, default=100, help="pause between a session's calls"
     )

@@ -21,7 +21,6 @@ Torch uses every core; any other load on the machine shows in these figures.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from benchlib import metric, print_metrics, write_json
+from benchlib import argument_parser, metric, print_metrics, write_json
 from transformers import AutoModelForCausalLM
 
 from etude.common.grpc_server import ServiceRuntime
@@ -166,9 +165,7 @@ async def run(plan: Plan) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run, under a minute")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser = argument_parser(__doc__)
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     metrics = asyncio.run(run(plan))

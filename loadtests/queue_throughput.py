@@ -17,7 +17,6 @@ local stack runs it) in a temporary directory.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import csv
 import io
@@ -34,6 +33,7 @@ from urllib.parse import urlparse
 
 import redis
 import redis.asyncio as aioredis
+from benchlib import argument_parser
 from rich.console import Console
 from rich.table import Table
 
@@ -218,9 +218,7 @@ def print_table(result: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller run, under a minute")
-    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser = argument_parser(__doc__)
     parser.add_argument("--redis-url", help="an existing Redis (default: start one)")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL

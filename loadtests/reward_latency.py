@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import random
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 
 import grpc
-from benchlib import metric, percentile, print_metrics, start_service, write_json
+from benchlib import argument_parser, metric, percentile, print_metrics, start_service, write_json
 
 from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
 from etude.common.processes import terminate
@@ -62,9 +61,7 @@ def synthesis_rate(projects: list[str], per_project: int, workers: int) -> float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run, under a minute")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser = argument_parser(__doc__)
     args = parser.parse_args()
     tasks = list(read_jsonl(TASKS_FILE))
     sample = random.Random(5).sample(tasks, 4 if args.quick else 12)

@@ -29,7 +29,6 @@ Torch uses every core: any other load on the machine shows in the embedding figu
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import os
@@ -42,7 +41,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from benchlib import metric, percentile, print_metrics, write_json
+from benchlib import argument_parser, metric, percentile, print_metrics, write_json
 
 from etude.search.chunking import Chunk, chunk_file, count_tokens
 from etude.search.config import SearchConfig
@@ -223,9 +222,7 @@ def reindex_latencies(embedder: CachedEmbedder, config, scratch: Path, edits: in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run, under a minute")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser = argument_parser(__doc__)
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     config = SearchConfig()
