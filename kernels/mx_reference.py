@@ -94,8 +94,8 @@ def quantize_rowwise(
     """Blocks of 32 along the last dimension: (float8_e4m3fn data shaped like x, uint8
     scales [..., K/32])."""
     blocks = _blocks(x.float())
-    amax = blocks.abs().amax(dim=-1)
-    amax = torch.where(blocks.isnan().any(dim=-1), torch.tensor(float("nan")), amax)
+    # max propagates NaN; on the CPU it is ~30x faster than amax over a 32-wide last dim.
+    amax = blocks.abs().max(dim=-1).values
     scales = scale_bytes(amax, rule)
     # 2^−e from bits; scales never reach 248..254 for finite data, so 254 − b ≥ 1 is normal.
     # A NaN/Inf block (byte 255) casts its elements unscaled: its scale makes them NaN anyway.
@@ -146,3 +146,44 @@ def sqnr_db(reference: torch.Tensor, actual: torch.Tensor) -> float:
     if noise == 0:
         return float("inf")
     return float(10 * torch.log10(reference.pow(2).sum() / noise))
+
+
+def pad_groups(x: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of `x` grouped by cumulative `offsets`, each group zero-padded to a multiple of
+    32 (so a wgrad block never straddles two experts); returns (padded rows, their offsets)."""
+    ends = offsets.tolist()
+    starts = [0, *ends[:-1]]
+    sizes = [end - start for start, end in zip(starts, ends, strict=True)]
+    padded_sizes = [-(-size // BLOCK) * BLOCK for size in sizes]
+    out = x.new_zeros(sum(padded_sizes), *x.shape[1:])
+    at = 0
+    for start, size, padded in zip(starts, sizes, padded_sizes, strict=True):
+        out[at : at + size] = x[start : start + size]
+        at += padded
+    new_offsets = torch.tensor(padded_sizes, dtype=torch.int32, device=x.device).cumsum(0)
+    return out, new_offsets.to(torch.int32)
+
+
+def mx_grouped_gemm(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    offsets: torch.Tensor,
+) -> torch.Tensor:
+    """Rows of group e of A [T, K] times B[e]ᵀ for B [E, N, K], both blocked along K, fp32;
+    rows past the last group are zero."""
+    out = torch._grouped_mm(dequantize(*a), dequantize(*b).transpose(-2, -1), offs=offsets)
+    rows = torch.arange(out.shape[0], device=out.device)
+    return out.masked_fill((rows >= offsets[-1])[:, None], 0.0)
+
+
+def mx_grouped_wgrad(
+    dy_t: tuple[torch.Tensor, torch.Tensor],
+    x_t: tuple[torch.Tensor, torch.Tensor],
+    offsets: torch.Tensor,
+) -> torch.Tensor:
+    """dW[e] = dYᵀ[:, group e] · X[group e] from operands blocked along tokens (dy_t
+    [N, T], x_t [K, T]; groups padded to multiples of 32); fp32 [E, N, K]."""
+    dy, x = dequantize(*dy_t), dequantize(*x_t)
+    ends = offsets.tolist()
+    starts = [0, *ends[:-1]]
+    return torch.stack([dy[:, s:e] @ x[:, s:e].t() for s, e in zip(starts, ends, strict=True)])

@@ -68,13 +68,17 @@ class GroupedExperts(nn.Module):
         self.gate_proj = nn.Parameter(torch.empty(E, F_, D))
         self.up_proj = nn.Parameter(torch.empty(E, F_, D))
         self.down_proj = nn.Parameter(torch.empty(E, D, F_))
+        self.matmul: GroupedMM | None = None
+        """This module's grouped GEMM (e.g. MXFP8, set per run); None: the global entry
+        point `grouped_mm`."""
 
     def forward(self, x_TD: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
         """x_TD holds the tokens sorted by expert; offsets_E the cumulative group ends."""
-        hidden_TF = F.silu(grouped_mm(x_TD, self.gate_proj, offsets_E)) * grouped_mm(
+        mm = self.matmul or grouped_mm
+        hidden_TF = F.silu(mm(x_TD, self.gate_proj, offsets_E)) * mm(
             x_TD, self.up_proj, offsets_E
         )
-        return grouped_mm(hidden_TF, self.down_proj, offsets_E)
+        return mm(hidden_TF, self.down_proj, offsets_E)
 
 
 class DenseMLP(nn.Module):
