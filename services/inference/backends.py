@@ -38,6 +38,7 @@ async def start_backend(config: InferenceConfig, run_dir: Path) -> InferenceBack
             dtype=config.dtype,
             seed=config.seed,
             config=engine,
+            precision=config.precision,
         )
     from etude.inference.vllm_backend import VllmBackend  # vLLM is an optional dependency
 

@@ -21,6 +21,9 @@ class InferenceConfig(Section):
     """A tokenizer directory; unset: the checkpoint's own, or the bundled one for presets."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Weights and KV cache. fp32 on the CPU (bf16 matmuls are slow there); bf16 on a GPU."""
+    precision: Literal["default", "mxfp8"] = "default"
+    """torch backend: `mxfp8` runs the model's linear layers and experts in MXFP8, the numerics
+    a trainer with `precision=mxfp8` uses (etude.kernels); `default`: the model's dtype."""
     seed: int = 0
     """Initial weights of a preset (the trainer publishes real ones through UpdateWeights)."""
     max_num_seqs: int = Field(default=32, ge=1)

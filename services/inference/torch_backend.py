@@ -47,12 +47,17 @@ class TorchBackend:
         dtype: str | None = None,
         seed: int = 0,
         config: EngineConfig | None = None,
+        precision: str = "default",
     ) -> TorchBackend:
         """A preset (fresh weights from `seed`, the bundled tokenizer) or a checkpoint
         directory (its own tokenizer unless `tokenizer` names another)."""
         path = Path(source)
         tok = load_tokenizer(tokenizer or (path if path.is_dir() else None))
         model = from_pretrained(source, vocab_size=len(tok), seed=seed, dtype=dtype)
+        if precision == "mxfp8":
+            from etude.kernels.mx_training import set_precision
+
+            set_precision(model, "mxfp8")
         if model.config.eos_token_id is None:
             model.config.eos_token_id = tok.eos_token_id
         return cls(model, tok, config, model_name=path.name if path.is_dir() else str(source))

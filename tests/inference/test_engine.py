@@ -172,3 +172,29 @@ async def test_bad_requests_are_refused_with_a_clear_error(backend, prompt_len, 
     with pytest.raises(InferenceError, match=message):
         await anext(backend.generate(request))
     assert backend.stats().running == 0
+
+
+async def test_an_mxfp8_policy_samples_with_the_trainers_mxfp8_numerics(model, tokenizer):
+    """MXFP8 quantizes activations per token row, so batching and the KV cache leave each
+    token's numerics alone: the engine's logprobs equal the MXFP8 model's own forward."""
+    from etude.inference.engine import EngineConfig
+    from etude.inference.torch_backend import TorchBackend
+    from etude.kernels.mx_training import set_precision
+
+    set_precision(model, "mxfp8")
+    backend = TorchBackend(model, tokenizer, EngineConfig(max_num_seqs=4, max_model_len=128))
+    try:
+        prompts = [_prompt(tokenizer, p) for p in PROMPTS]
+        params = SamplingParams(temperature=1.0, max_tokens=8, seed=3)
+        results = await asyncio.gather(*(
+            run_request(backend, GenerationRequest(request_id=f"m{i}", prompt_token_ids=p,
+                                                   sampling=params))
+            for i, p in enumerate(prompts)
+        ))  # fmt: skip
+    finally:
+        await backend.close()
+    for prompt, result in zip(prompts, results, strict=True):
+        completion = result[0]
+        expected = _forward_logprobs(model, prompt, completion["tokens"])
+        assert torch.allclose(torch.tensor(completion["logprobs"]), expected, atol=TOLERANCE,
+                              rtol=0)  # fmt: skip
