@@ -20,7 +20,7 @@ from torch import nn
 
 from etude.kernels import mx_reference as ref
 from etude.model.model import Transformer
-from etude.model.moe import DenseMLP, GroupedExperts, MoE
+from etude.model.moe import DenseMLP, GroupedExperts
 
 Quantized = tuple[torch.Tensor, torch.Tensor]
 
@@ -249,6 +249,3 @@ def export_mxfp8_weights(model: Transformer) -> dict[str, Quantized]:
             for proj in ("gate_proj", "up_proj", "down_proj"):
                 out[f"{name}.{proj}"] = ops.experts(getattr(module, proj).detach(), "K")
     return out
-
-
-__all__ = ["MXFP8Linear", "MoE", "convert_to_mxfp8", "export_mxfp8_weights", "set_precision"]
