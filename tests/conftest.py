@@ -1,6 +1,21 @@
-"""Shared fixtures: one real redis-server per test session, flushed between tests."""
+"""Shared fixtures: one real redis-server per test session, flushed between tests.
+
+Without a GPU, Triton kernels run under the Triton interpreter. TRITON_INTERPRET has to be
+set before triton itself is imported, not only before the kernel modules: `triton.language`'s
+own `@triton.jit` helpers (the combine functions of `tl.max`, `tl.sum`, ...) are decorated at
+that import, and a kernel interpreted later cannot call a compiled one. transformers and vLLM
+import triton, so this root conftest, which pytest loads before any test module, sets it
+(`import torch` does not import triton).
+"""
 
 from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from collections.abc import Iterator
 from pathlib import Path

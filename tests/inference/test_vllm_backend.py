@@ -221,7 +221,7 @@ async def test_weight_update_is_exact_for_moe_and_keeps_requests_in_flight(vllm_
         # as the context allows and the update starts at its first token, so the update lands
         # while it runs (vLLM on a CPU makes a token of this model in a few milliseconds).
         total = MAX_MODEL_LEN - len(prompt)
-        in_flight = backend.generate(_request("across", prompt, max_tokens=total))
+        in_flight = backend.generate(_request("across", prompt, max_tokens=total, ignore_eos=True))
         tokens, logprobs, versions = [], [], []
         update = None
         async for delta in in_flight:
