@@ -6,7 +6,7 @@ operands multiplied in fp32: what MXFP8 costs, ≥ 27 dB forward, 25 dgrad, 24 w
 Operands are quantized the way training does: forward Y = X·Wᵀ along K, dgrad dX = dY·W
 along N, wgrad dW = dYᵀ·X along the tokens.
 
-Without a GPU everything runs under the Triton interpreter (tests/kernels/conftest.py),
+Without a GPU everything runs under the Triton interpreter (set up in tests/conftest.py),
 which runs all three paths; shapes stay small (and not multiples of the 64-wide tiles).
 """
 

@@ -1,7 +1,7 @@
 """MXFP8 quantize / dequantize kernels against the reference, byte for byte.
 
 With a GPU the kernels run there and take the native E4M3 cast; without one they run under
-the Triton interpreter (tests/kernels/conftest.py) with the software cast, and a subprocess
+the Triton interpreter (set up in tests/conftest.py) with the software cast, and a subprocess
 compiles the native path for sm90 ahead of time. The reference always runs on the CPU.
 """
 
