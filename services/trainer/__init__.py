@@ -1,0 +1,1 @@
+"""The trainer: GRPO / PPO updates of the policy from scored trajectories."""
