@@ -44,6 +44,31 @@ class RolloutRequest(Payload, tag="rollout.v1"):
     """Oldest policy version allowed to start this rollout (bounds staleness)."""
 
 
+class Trajectory(Payload, tag="trajectory.v1"):
+    """One finished rollout, scored, as the trainer reads it. The token arrays are aligned:
+    entry i describes token i of the whole episode (prompt, the policy's turns, tool results)."""
+
+    run_id: str
+    task_id: str
+    group_id: str
+    sample_index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    """Behaviour logprob of each token the policy sampled; 0.0 where it did not sample."""
+    policy_versions: list[int]
+    """Version that sampled each token; -1 where the policy did not sample it."""
+    loss_mask: list[int]
+    """1 for tokens the policy sampled (trained on), 0 for the prompt and tool results."""
+    reward: float
+    reward_components: dict[str, float] = {}
+    turns: int = 0
+    calls_per_turn: list[int] = []
+    tool_counts: dict[str, int] = {}
+    turn_seconds: list[float] = []
+    finish_reason: str = ""
+    """submitted, max_turns, max_tokens, timeout, or error."""
+
+
 class UnknownSchemaError(ValueError):
     """An entry's schema is not one this consumer was built to read."""
 

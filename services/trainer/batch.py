@@ -1,0 +1,53 @@
+"""Trajectories into padded training tensors, and the policy's logprobs of their tokens.
+
+Everything is aligned to *targets*: column t describes token t + 1 of the episode, predicted
+from tokens 0..t. A padded column has mask 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from etude.common.payloads import Trajectory
+from etude.model.model import Transformer
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    inputs_BT: torch.Tensor
+    """Token ids fed to the model (each episode without its last token), right-padded."""
+    targets_BT: torch.Tensor
+    behaviour_logprobs_BT: torch.Tensor
+    policy_versions_BT: torch.Tensor
+    mask_BT: torch.Tensor
+    """1 where the target was sampled by the policy."""
+    rewards_B: torch.Tensor
+
+
+def collate(trajectories: list[Trajectory], pad_id: int = 0) -> Batch:
+    width = max(len(t.token_ids) for t in trajectories) - 1
+    B = len(trajectories)
+    inputs = torch.full((B, width), pad_id, dtype=torch.long)
+    targets = torch.full((B, width), pad_id, dtype=torch.long)
+    behaviour = torch.zeros(B, width)
+    versions = torch.full((B, width), -1, dtype=torch.long)
+    mask = torch.zeros(B, width)
+    for row, t in enumerate(trajectories):
+        n = len(t.token_ids) - 1
+        tokens = torch.tensor(t.token_ids)
+        inputs[row, :n], targets[row, :n] = tokens[:-1], tokens[1:]
+        behaviour[row, :n] = torch.tensor(t.logprobs[1:])
+        versions[row, :n] = torch.tensor(t.policy_versions[1:])
+        mask[row, :n] = torch.tensor(t.loss_mask[1:], dtype=torch.float32)
+    rewards = torch.tensor([t.reward for t in trajectories])
+    return Batch(inputs, targets, behaviour, versions, mask, rewards)
+
+
+def token_logprobs(model: Transformer, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(target | prefix) for every column, differentiable, and the model's MoE
+    load-balancing loss (when training). Computed in fp32 whatever the model's dtype."""
+    out = model(batch.inputs_BT)
+    logprobs = out.logits.float().log_softmax(-1)
+    return logprobs.gather(-1, batch.targets_BT.unsqueeze(-1)).squeeze(-1), out.aux_loss

@@ -1,0 +1,68 @@
+"""A multi-turn trajectory sampled by the inference engine, collated for the trainer: the
+trainer's logprobs on the same weights equal the behaviour logprobs (no mismatch), the mask
+covers exactly the sampled tokens, and the loss runs on it."""
+
+from __future__ import annotations
+
+import torch
+
+from etude.common.payloads import PayloadCodec, RolloutRequest, Trajectory, encode, schema_of
+from etude.inference.backend import GenerationRequest, SamplingParams
+from etude.inference.engine import EngineConfig
+from etude.inference.torch_backend import TorchBackend
+from etude.model.checkpoint import build_model
+from etude.model.tokenizer import load_tokenizer
+from etude.rollout.trajectory import TrajectoryBuilder
+from etude.trainer.batch import collate, token_logprobs
+from etude.trainer.loss import group_advantages, policy_loss
+from tests.inference.completions import run_request
+from tests.inference.conftest import small_moe_config
+
+
+async def _episode(backend, tokenizer, request: RolloutRequest, seed: int) -> Trajectory:
+    """Two policy turns with a (fixed) tool result between them, sampled for real."""
+    builder = TrajectoryBuilder(request)
+    builder.add_context(tokenizer.encode("<|im_start|>user\nFix the bug.<|im_end|>\n"))
+    for turn in range(2):
+        params = SamplingParams(temperature=1.0, max_tokens=6, seed=seed + turn)
+        generation = GenerationRequest(request_id=f"{request.group_id}-{seed}-{turn}",
+                                       prompt_token_ids=tuple(builder.token_ids),
+                                       sampling=params)  # fmt: skip
+        completion = (await run_request(backend, generation))[0]
+        builder.add_sampled(completion["tokens"], completion["logprobs"], completion["versions"])
+        builder.end_turn(["read_file"], seconds=0.01)
+        builder.add_context(tokenizer.encode("<tool_result>def f(): pass</tool_result>\n"))
+    return builder.finish(reward=float(seed % 2), components={"tests": 1.0}, reason="submitted")
+
+
+async def test_trainer_logprobs_match_the_behaviour_logprobs_on_the_same_weights():
+    tokenizer = load_tokenizer()
+    model = build_model(small_moe_config(len(tokenizer)), seed=0).eval()
+    backend = TorchBackend(model, tokenizer, EngineConfig(max_num_seqs=4, max_model_len=256))
+    request = RolloutRequest(run_id="r", task_id="t", group_id="g", sample_index=0,
+                             min_policy_version=0)  # fmt: skip
+    try:
+        trajectories = [await _episode(backend, tokenizer, request, seed) for seed in (1, 2)]
+    finally:
+        await backend.close()
+    # Through the queue's codec and back, as the trainer receives them.
+    codec = PayloadCodec([Trajectory])
+    trajectories = [codec.decode(schema_of(Trajectory), encode(t)) for t in trajectories]
+    assert trajectories[0].turns == 2 and trajectories[0].tool_counts == {"read_file": 2}
+
+    batch = collate(trajectories)
+    sampled = [sum(t.loss_mask) for t in trajectories]
+    assert batch.mask_BT.sum(-1).tolist() == sampled and sampled[0] > 0
+    with torch.no_grad():
+        logprobs, _ = token_logprobs(model, batch)
+    on = batch.mask_BT.bool()
+    assert torch.allclose(logprobs[on], batch.behaviour_logprobs_BT[on], atol=1e-4, rtol=0)
+    assert (batch.policy_versions_BT[on] == 0).all() and (batch.policy_versions_BT[~on] == -1).all()
+
+    model.train()
+    logprobs, aux = token_logprobs(model, batch)
+    advantages = group_advantages(batch.rewards_B)
+    loss, stats = policy_loss(logprobs, batch.behaviour_logprobs_BT, advantages, batch.mask_BT)
+    (loss + 0.001 * aux).backward()
+    assert stats.mismatch_kl < 1e-6  # same weights, same numerics
+    assert model.lm_head.weight.grad is not None
