@@ -1,0 +1,43 @@
+"""What the policy reads: the system prompt (tools, the XML call format, the rules) and the
+ChatML turns around the task and the tool results."""
+
+from __future__ import annotations
+
+from etude.common.toolcalls import ToolCall, render_tool_calls
+from etude.environment.tools import describe_tools
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+
+_EXAMPLE = render_tool_calls([
+    ToolCall(id="call_0", name="read_file", arguments={"path": "pkg/module.py"}),
+    ToolCall(id="call_1", name="grep", arguments={"pattern": "def parse"}),
+])  # fmt: skip
+
+RULES = """\
+- Work only through the tools. Write each call as a <tool_call> block, exactly as in the
+  example; a malformed call comes back as a <tool_error> block that says what to fix.
+- Several calls in one turn form a batch: reads run in parallel, edits and commands run in
+  order. Batch independent reads.
+- Results come back in the next message, one <tool_result> block per call, in call order.
+- Run the tests before you finish. Call submit when the fix is done: that ends the episode and
+  hidden tests grade the repository as you leave it. A turn with no tool call also ends it."""
+
+
+def system_prompt() -> str:
+    return (
+        "You are a software engineer fixing a bug in the repository in /workspace.\n\n"
+        f"# Tools\n\n{describe_tools()}\n\n# Calling tools\n\n{_EXAMPLE}\n\n# Rules\n\n{RULES}"
+    )
+
+
+def episode_start(instruction: str, system: str | None = None) -> str:
+    """The episode's first tokens: system prompt, the task, and the assistant's turn opening."""
+    return (
+        f"{IM_START}system\n{system or system_prompt()}{IM_END}\n"
+        f"{IM_START}user\n{instruction}{IM_END}\n{IM_START}assistant\n"
+    )
+
+
+def observation(results: str) -> str:
+    """Closes the assistant's turn, hands back the tool results, opens the next turn."""
+    return f"{IM_END}\n{IM_START}user\n{results}{IM_END}\n{IM_START}assistant\n"
