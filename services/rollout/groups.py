@@ -1,0 +1,88 @@
+"""Collecting rollouts into GRPO groups for the trainer, with stragglers and staleness.
+
+The orchestrator schedules more groups than one step needs (over-provisioning). The trainer
+steps as soon as `groups_per_step` groups are complete; groups still running then are not
+waited for — they complete later and feed the next step, their staleness (how many versions
+old their oldest token is when the trainer uses them) recorded. Within a group, a rollout
+that arrives after the group was handed to the trainer is kept aside, counted, and never
+handed out twice.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from etude.common.payloads import Trajectory
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    size: int
+    """Completions the trainer compares (G)."""
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.trajectories) >= self.size
+
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    groups: list[Group]
+    staleness: list[int]
+    """Per trajectory: trainer version − the oldest policy version among its tokens."""
+
+
+def oldest_version(trajectory: Trajectory) -> int:
+    sampled = [v for v, m in zip(trajectory.policy_versions, trajectory.loss_mask,
+                                 strict=True) if m]  # fmt: skip
+    return min(sampled, default=-1)
+
+
+def may_start(policy_version: int, trainer_version: int, max_staleness: int) -> bool:
+    """Whether a rollout may start on `policy_version` while the trainer is at
+    `trainer_version`: never on a policy more than `max_staleness` versions behind."""
+    return policy_version >= trainer_version - max_staleness
+
+
+class GroupCollector:
+    def __init__(self, groups_per_step: int) -> None:
+        self.groups_per_step = groups_per_step
+        self._open: OrderedDict[str, Group] = OrderedDict()  # in scheduling order
+        self._handed_out: set[str] = set()
+        self.late = 0
+        """Rollouts that arrived after their group went to the trainer."""
+
+    def expect(self, group_id: str, size: int) -> None:
+        if group_id in self._open or group_id in self._handed_out:
+            raise ValueError(f"group {group_id!r} is already scheduled")
+        self._open[group_id] = Group(group_id, size)
+
+    def add(self, trajectory: Trajectory) -> None:
+        if trajectory.group_id in self._handed_out:
+            self.late += 1
+            return
+        group = self._open.get(trajectory.group_id)
+        if group is None:
+            raise KeyError(f"trajectory of unknown group {trajectory.group_id!r}")
+        if group.complete:  # an over-provisioned extra: the group is already full
+            self.late += 1
+            return
+        group.trajectories.append(trajectory)
+
+    @property
+    def complete_groups(self) -> int:
+        return sum(g.complete for g in self._open.values())
+
+    def take(self, trainer_version: int) -> StepBatch | None:
+        """The oldest `groups_per_step` complete groups, once that many are in; else None."""
+        ready = [g for g in self._open.values() if g.complete][: self.groups_per_step]
+        if len(ready) < self.groups_per_step:
+            return None
+        for group in ready:
+            del self._open[group.group_id]
+            self._handed_out.add(group.group_id)
+        staleness = [trainer_version - oldest_version(t) for g in ready for t in g.trajectories]
+        return StepBatch(ready, staleness)

@@ -1,0 +1,57 @@
+"""Grouping rollouts for GRPO: stragglers feed the next step, nothing is used twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from etude.common.payloads import Trajectory
+from etude.rollout.groups import GroupCollector, may_start, oldest_version
+
+
+def _trajectory(group: str, index: int, versions=(3, 3)) -> Trajectory:
+    return Trajectory(
+        run_id="r", task_id="t", group_id=group, sample_index=index,
+        token_ids=[1, 2, 3], logprobs=[0.0, -1.0, -1.0], policy_versions=[-1, *versions],
+        loss_mask=[0, 1, 1], reward=1.0,
+    )  # fmt: skip
+
+
+def test_the_trainer_steps_on_complete_groups_without_waiting_for_stragglers():
+    collector = GroupCollector(groups_per_step=2)
+    for group in ("a", "b", "c"):  # one group more than a step needs
+        collector.expect(group, size=2)
+    collector.add(_trajectory("a", 0))
+    collector.add(_trajectory("c", 0))
+    collector.add(_trajectory("c", 1))
+    assert collector.take(trainer_version=4) is None  # only one group complete
+    collector.add(_trajectory("a", 1, versions=(2, 3)))
+    batch = collector.take(trainer_version=4)
+    assert [g.group_id for g in batch.groups] == ["a", "c"]
+    assert batch.staleness == [1, 2, 1, 1]
+    # The straggler group b completes later and is the next step's, never this one's.
+    collector.expect("d", size=2)
+    for group in ("b", "d"):
+        collector.add(_trajectory(group, 0))
+        collector.add(_trajectory(group, 1))
+    assert [g.group_id for g in collector.take(trainer_version=5).groups] == ["b", "d"]
+
+
+def test_late_and_extra_rollouts_are_counted_not_used_twice():
+    collector = GroupCollector(groups_per_step=1)
+    collector.expect("a", size=2)
+    for index in range(3):  # over-provisioned: three scheduled, two needed
+        collector.add(_trajectory("a", index))
+    assert collector.late == 1
+    assert len(collector.take(trainer_version=3).groups[0].trajectories) == 2
+    collector.add(_trajectory("a", 3))  # arrives after the group went to the trainer
+    assert collector.late == 2 and collector.take(trainer_version=3) is None
+    with pytest.raises(ValueError, match="already scheduled"):
+        collector.expect("a", size=2)
+    with pytest.raises(KeyError, match="unknown group"):
+        collector.add(_trajectory("zzz", 0))
+
+
+def test_staleness_bound_at_start():
+    assert may_start(policy_version=5, trainer_version=6, max_staleness=1)
+    assert not may_start(policy_version=4, trainer_version=6, max_staleness=1)
+    assert oldest_version(_trajectory("a", 0, versions=(7, 5))) == 5
