@@ -30,7 +30,8 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-BLOCK = 32  # elements per MX scale
+from etude.kernels.mx_reference import BLOCK, pad_groups  # noqa: F401  (pad_groups: this API)
+
 PATHS = ("dequant", "fp8_promote", "dot_scaled")
 
 
@@ -490,26 +491,3 @@ def _(
     return dy_t_data.new_empty(
         (offsets.shape[0], dy_t_data.shape[0], x_t_data.shape[0]), dtype=out_dtype
     )
-
-
-def pad_groups(x: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad each expert's rows of x [T, ...] (sorted by expert, `offsets` int32 [E] the
-    cumulative ends) to a multiple of 32 with zero rows, for `mx_grouped_wgrad`.
-
-    Returns (padded [P, ...], padded_offsets int32 [E]) with P = 32 · floor((T + 31·E) / 32),
-    an upper bound of the padded total known without reading `offsets` on the host: no host
-    sync. Rows past padded_offsets[-1] are zero, and so are x's rows past offsets[-1],
-    which no group holds and which are dropped."""
-    T, E = x.shape[0], offsets.shape[0]
-    P = (T + (BLOCK - 1) * E) // BLOCK * BLOCK
-    offsets = offsets.to(torch.int64)
-    starts = torch.cat([offsets.new_zeros(1), offsets[:-1]])
-    padded_ends = torch.cumsum((offsets - starts + BLOCK - 1) // BLOCK * BLOCK, 0)
-    padded_starts = torch.cat([offsets.new_zeros(1), padded_ends[:-1]])
-    rows = torch.arange(T, device=x.device)
-    group = torch.searchsorted(offsets, rows, right=True)  # E for rows past offsets[-1]
-    group_c = group.clamp(max=E - 1)
-    dest = torch.where(group < E, rows - starts[group_c] + padded_starts[group_c], P)
-    padded = x.new_zeros((P + 1, *x.shape[1:]))
-    padded.index_copy_(0, dest, x)
-    return padded[:P], padded_ends.to(torch.int32)

@@ -149,19 +149,26 @@ def sqnr_db(reference: torch.Tensor, actual: torch.Tensor) -> float:
 
 
 def pad_groups(x: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of `x` grouped by cumulative `offsets`, each group zero-padded to a multiple of
-    32 (so a wgrad block never straddles two experts); returns (padded rows, their offsets)."""
-    ends = offsets.tolist()
-    starts = [0, *ends[:-1]]
-    sizes = [end - start for start, end in zip(starts, ends, strict=True)]
-    padded_sizes = [-(-size // BLOCK) * BLOCK for size in sizes]
-    out = x.new_zeros(sum(padded_sizes), *x.shape[1:])
-    at = 0
-    for start, size, padded in zip(starts, sizes, padded_sizes, strict=True):
-        out[at : at + size] = x[start : start + size]
-        at += padded
-    new_offsets = torch.tensor(padded_sizes, dtype=torch.int32, device=x.device).cumsum(0)
-    return out, new_offsets.to(torch.int32)
+    """Pad each expert's rows of x [T, ...] (sorted by expert, `offsets` int32 [E] the
+    cumulative ends) to a multiple of 32 with zero rows, for `mx_grouped_wgrad`.
+
+    Returns (padded [P, ...], padded_offsets int32 [E]) with P = 32 · floor((T + 31·E) / 32),
+    an upper bound of the padded total known without reading `offsets` on the host: no host
+    sync. Rows past padded_offsets[-1] are zero, and so are x's rows past offsets[-1],
+    which no group holds and which are dropped."""
+    T, E = x.shape[0], offsets.shape[0]
+    P = (T + (BLOCK - 1) * E) // BLOCK * BLOCK
+    offsets = offsets.to(torch.int64)
+    starts = torch.cat([offsets.new_zeros(1), offsets[:-1]])
+    padded_ends = torch.cumsum((offsets - starts + BLOCK - 1) // BLOCK * BLOCK, 0)
+    padded_starts = torch.cat([offsets.new_zeros(1), padded_ends[:-1]])
+    rows = torch.arange(T, device=x.device)
+    group = torch.searchsorted(offsets, rows, right=True)  # E for rows past offsets[-1]
+    group_c = group.clamp(max=E - 1)
+    dest = torch.where(group < E, rows - starts[group_c] + padded_starts[group_c], P)
+    padded = x.new_zeros((P + 1, *x.shape[1:]))
+    padded.index_copy_(0, dest, x)
+    return padded[:P], padded_ends.to(torch.int32)
 
 
 def mx_grouped_gemm(
@@ -183,7 +190,13 @@ def mx_grouped_wgrad(
 ) -> torch.Tensor:
     """dW[e] = dYᵀ[:, group e] · X[group e] from operands blocked along tokens (dy_t
     [N, T], x_t [K, T]; groups padded to multiples of 32); fp32 [E, N, K]."""
-    dy, x = dequantize(*dy_t), dequantize(*x_t)
+    return grouped_outer_products(dequantize(*dy_t), dequantize(*x_t), offsets)
+
+
+def grouped_outer_products(
+    dy_t: torch.Tensor, x_t: torch.Tensor, offsets: torch.Tensor
+) -> torch.Tensor:
+    """[E, N, K]: dy_t[:, group e] · x_t[:, group e]ᵀ for dy_t [N, T], x_t [K, T]."""
     ends = offsets.tolist()
     starts = [0, *ends[:-1]]
-    return torch.stack([dy[:, s:e] @ x[:, s:e].t() for s, e in zip(starts, ends, strict=True)])
+    return torch.stack([dy_t[:, s:e] @ x_t[:, s:e].t() for s, e in zip(starts, ends, strict=True)])

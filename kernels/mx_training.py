@@ -15,6 +15,9 @@ fp32.
 
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
+
 import torch
 from torch import nn
 
@@ -25,71 +28,62 @@ from etude.model.moe import DenseMLP, GroupedExperts
 Quantized = tuple[torch.Tensor, torch.Tensor]
 
 
+@functools.cache
+def _triton_kernels() -> SimpleNamespace:
+    from etude.kernels.mx_gemm import mx_gemm, mx_grouped_gemm, mx_grouped_wgrad
+    from etude.kernels.mx_quantize import mx_quantize, mx_quantize_experts
+
+    return SimpleNamespace(
+        quantize=mx_quantize, experts=mx_quantize_experts, gemm=mx_gemm,
+        grouped_gemm=mx_grouped_gemm, grouped_wgrad=mx_grouped_wgrad,
+    )  # fmt: skip
+
+
 class MXOps:
-    """The MXFP8 operations for tensors on one kind of device. Autocast is off inside them:
-    the operands are already quantized, and a bf16 recast would change the numerics."""
+    """The MXFP8 operations for tensors on one kind of device: the Triton kernels on CUDA,
+    the reference elsewhere. Autocast is off inside the GEMMs: the operands are already
+    quantized, and a bf16 recast would change the numerics."""
 
     def __init__(self, device: torch.device) -> None:
-        self.triton = device.type == "cuda"
+        self.kernels = _triton_kernels() if device.type == "cuda" else None
         self.no_autocast = torch.autocast(device.type, enabled=False)
 
     def rowwise(self, x: torch.Tensor) -> Quantized:
-        if self.triton:
-            from etude.kernels.mx_quantize import mx_quantize
-
-            return mx_quantize(x, mode="rowwise")
+        if self.kernels:
+            return self.kernels.quantize(x, mode="rowwise")
         return ref.quantize_rowwise(x)
 
     def colwise(self, x: torch.Tensor) -> Quantized:
-        if self.triton:
-            from etude.kernels.mx_quantize import mx_quantize
-
-            return mx_quantize(x, mode="colwise")
+        if self.kernels:
+            return self.kernels.quantize(x, mode="colwise")
         return ref.quantize_colwise(x)
 
     def experts(self, w: torch.Tensor, along: str) -> Quantized:
-        if self.triton:
-            from etude.kernels.mx_quantize import mx_quantize_experts
-
-            return mx_quantize_experts(w, along=along)
+        if self.kernels:
+            return self.kernels.experts(w, along=along)
         return ref.quantize_experts(w, along)
 
     def gemm(self, a: Quantized, b: Quantized) -> torch.Tensor:
         with self.no_autocast:
-            return self._gemm(a, b)
-
-    def _gemm(self, a: Quantized, b: Quantized) -> torch.Tensor:
-        if self.triton:
-            from etude.kernels.mx_gemm import mx_gemm
-
-            return mx_gemm(*a, *b, out_dtype=torch.float32)
-        return ref.mx_gemm(a, b)
+            if self.kernels:
+                return self.kernels.gemm(*a, *b, out_dtype=torch.float32)
+            return ref.mx_gemm(a, b)
 
     def grouped_gemm(self, a: Quantized, b: Quantized, offsets: torch.Tensor) -> torch.Tensor:
         with self.no_autocast:
-            return self._grouped_gemm(a, b, offsets)
-
-    def _grouped_gemm(self, a: Quantized, b: Quantized, offsets: torch.Tensor):
-        if self.triton:
-            from etude.kernels.mx_gemm import mx_grouped_gemm
-
-            return mx_grouped_gemm(*a, *b, offsets, out_dtype=torch.float32)
-        return ref.mx_grouped_gemm(a, b, offsets)
+            if self.kernels:
+                return self.kernels.grouped_gemm(*a, *b, offsets, out_dtype=torch.float32)
+            return ref.mx_grouped_gemm(a, b, offsets)
 
     def grouped_wgrad(self, dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor):
-        with self.no_autocast:
-            return self._grouped_wgrad(dy, x, offsets)
-
-    def _grouped_wgrad(self, dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor):
-        if self.triton:
-            from etude.kernels.mx_gemm import mx_grouped_wgrad, pad_groups
-
-            dy_p, padded = pad_groups(dy, offsets)
-            x_p, _ = pad_groups(x, offsets)
-            return mx_grouped_wgrad(*self.colwise(dy_p), *self.colwise(x_p), padded)
+        """Each expert's token group padded to a multiple of 32, then quantized along it."""
         dy_p, padded = ref.pad_groups(dy, offsets)
         x_p, _ = ref.pad_groups(x, offsets)
-        return ref.mx_grouped_wgrad(self.colwise(dy_p), self.colwise(x_p), padded)
+        dy_t, x_t = self.colwise(dy_p), self.colwise(x_p)
+        with self.no_autocast:
+            if self.kernels:
+                return self.kernels.grouped_wgrad(*dy_t, *x_t, padded)
+            return ref.mx_grouped_wgrad(dy_t, x_t, padded)
 
 
 class Bf16Ops:
@@ -122,10 +116,9 @@ class Bf16Ops:
             return torch._grouped_mm(a[0], b[0].transpose(-2, -1).contiguous(), offs=offsets)
 
     def grouped_wgrad(self, dy, x, offsets):
-        dy, x = self._round(dy)[0], self._round(x)[0]
-        ends = offsets.tolist()
-        starts = [0, *ends[:-1]]
-        return torch.stack([dy[s:e].t() @ x[s:e] for s, e in zip(starts, ends, strict=True)])
+        with self.no_autocast:
+            dy_t, x_t = self.colwise(dy)[0], self.colwise(x)[0]
+            return ref.grouped_outer_products(dy_t, x_t, offsets)
 
 
 _OPS = {"mxfp8": MXOps, "bf16": Bf16Ops}
@@ -229,10 +222,6 @@ def set_precision(model: Transformer, precision: str) -> Transformer:
             else:
                 setattr(module, name, MXFP8Linear.from_linear(layer, precision))
     return model
-
-
-def convert_to_mxfp8(model: Transformer) -> Transformer:
-    return set_precision(model, "mxfp8")
 
 
 def export_mxfp8_weights(model: Transformer) -> dict[str, Quantized]:

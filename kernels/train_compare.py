@@ -38,9 +38,8 @@ class Run:
     seconds: float
 
 
-def token_windows(length: int) -> torch.Tensor:
+def token_windows(tokenizer, length: int) -> torch.Tensor:
     """[N, length] windows of the bundled projects' sources, in file order."""
-    tokenizer = load_tokenizer()
     ids: list[int] = []
     for path in sorted(PROJECTS_DIR.rglob("*.py")):
         ids += [*tokenizer.encode(path.read_text()), tokenizer.eos_token_id]
@@ -50,9 +49,10 @@ def token_windows(length: int) -> torch.Tensor:
 
 def train(precision: str, *, steps: int, batch: int = 2, seq_len: int = 64, seed: int = 0,
           lr: float = 2e-3) -> Run:  # fmt: skip
-    windows = token_windows(seq_len + 1)
+    tokenizer = load_tokenizer()
+    windows = token_windows(tokenizer, seq_len + 1)
     train_windows, held_out = windows[:-EVAL_WINDOWS], windows[-EVAL_WINDOWS:]
-    model = build_model(preset("tiny", len(load_tokenizer())), seed=seed).train()
+    model = build_model(preset("tiny", len(tokenizer)), seed=seed).train()
     set_precision(model, precision)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     losses = []

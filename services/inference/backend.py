@@ -70,6 +70,35 @@ class EngineStats:
     """Fraction of the KV cache in use, 0..1."""
 
 
+def validate_request(
+    request: GenerationRequest, *, max_model_len: int, vocab_size: int, max_n: int | None = None
+) -> None:
+    """Raise InferenceError naming every problem of a request any backend would refuse."""
+    p, prompt = request.sampling, request.prompt_token_ids
+    problems = []
+    if not prompt:
+        problems.append("the prompt is empty")
+    elif len(prompt) >= max_model_len:
+        problems.append(
+            f"the prompt has {len(prompt)} tokens; the context holds {max_model_len}"
+            " (max_model_len: prompt plus at least one generated token)"
+        )
+    elif not all(0 <= t < vocab_size for t in prompt):
+        problems.append(f"prompt token ids must be in 0..{vocab_size - 1}")
+    if p.max_tokens < 1:
+        problems.append("max_tokens must be at least 1")
+    if p.n < 1 or (max_n is not None and p.n > max_n):
+        problems.append(f"n must be in 1..{max_n}" if max_n else "n must be at least 1")
+    if p.temperature < 0:
+        problems.append("temperature must be ≥ 0")
+    if not 0 < p.top_p <= 1:
+        problems.append("top_p must be in (0, 1]")
+    if p.top_k < 0:
+        problems.append("top_k must be ≥ 0 (0 disables it)")
+    if problems:
+        raise InferenceError("; ".join(problems))
+
+
 class Tokenizer(Protocol):
     eos_token_id: int | None
 

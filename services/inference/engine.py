@@ -24,6 +24,7 @@ from etude.inference.backend import (
     InferenceError,
     SamplingParams,
     Tokenizer,
+    validate_request,
 )
 from etude.inference.sampling import sample, sequence_generator
 from etude.model.kv_cache import CacheBatch, KVCache
@@ -145,30 +146,9 @@ class TorchEngine:
         )
 
     def validate(self, request: GenerationRequest) -> None:
-        p = request.sampling
-        prompt = request.prompt_token_ids
-        problems = []
-        if not prompt:
-            problems.append("the prompt is empty")
-        elif len(prompt) >= self.max_model_len:
-            problems.append(
-                f"the prompt has {len(prompt)} tokens; the context holds {self.max_model_len}"
-                " (prompt plus at least one generated token)"
-            )
-        elif not all(0 <= t < self.model.config.vocab_size for t in prompt):
-            problems.append(f"prompt token ids must be in 0..{self.model.config.vocab_size - 1}")
-        if p.max_tokens < 1:
-            problems.append("max_tokens must be at least 1")
-        if not 1 <= p.n <= self.config.max_num_seqs:
-            problems.append(f"n must be in 1..{self.config.max_num_seqs}")
-        if p.temperature < 0:
-            problems.append("temperature must be ≥ 0")
-        if not 0 < p.top_p <= 1:
-            problems.append("top_p must be in (0, 1]")
-        if p.top_k < 0:
-            problems.append("top_k must be ≥ 0")
-        if problems:
-            raise InferenceError("; ".join(problems))
+        validate_request(request, max_model_len=self.max_model_len,
+                         vocab_size=self.model.config.vocab_size,
+                         max_n=self.config.max_num_seqs)  # fmt: skip
 
     # -- the engine thread --------------------------------------------------------------
 

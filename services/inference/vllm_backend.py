@@ -49,9 +49,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ from etude.inference.backend import (
     FinishReason,
     GenerationRequest,
     InferenceError,
+    validate_request,
 )
 from etude.model.state_dict_adapter import split_stacked_experts
 
@@ -197,13 +199,6 @@ def _checked(
     return named
 
 
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for dim in shape:
-        n *= dim
-    return n
-
-
 def _pack(tensors: Iterable[tuple[str, torch.Tensor]]) -> bytes:
     """One safetensors blob; tensors that share storage (tied weights) are copied apart."""
     named: dict[str, torch.Tensor] = {}
@@ -235,7 +230,7 @@ class VllmBackend:
         self._engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
-        self.num_parameters = sum(_numel(shape) for shape in shapes.values())
+        self.num_parameters = sum(math.prod(shape) for shape in shapes.values())
         self._shapes = shapes
         self.max_model_len: int = engine.model_config.max_model_len
         self._vocab_size: int = engine.model_config.get_vocab_size()
@@ -312,28 +307,7 @@ class VllmBackend:
 
     def _check(self, request: GenerationRequest) -> VllmSamplingParams:
         s = request.sampling
-        prompt = request.prompt_token_ids
-        if not prompt:
-            raise InferenceError("the prompt is empty: at least one token is needed")
-        if len(prompt) >= self.max_model_len:
-            raise InferenceError(
-                f"the prompt has {len(prompt)} tokens; max_model_len is {self.max_model_len} "
-                "and at least one position must be left for the completion"
-            )
-        if bad := [t for t in prompt if not 0 <= t < self._vocab_size]:
-            raise InferenceError(
-                f"token ids outside the vocabulary (0..{self._vocab_size}): {bad[:5]}"
-            )
-        if s.max_tokens < 1:
-            raise InferenceError(f"max_tokens must be at least 1, got {s.max_tokens}")
-        if s.n < 1:
-            raise InferenceError(f"n must be at least 1, got {s.n}")
-        if s.temperature < 0:
-            raise InferenceError(f"temperature must be >= 0, got {s.temperature}")
-        if not 0 < s.top_p <= 1:
-            raise InferenceError(f"top_p must be in (0, 1], got {s.top_p}")
-        if s.top_k < 0:
-            raise InferenceError(f"top_k must be >= 0 (0 disables it), got {s.top_k}")
+        validate_request(request, max_model_len=self.max_model_len, vocab_size=self._vocab_size)
         try:
             return VllmSamplingParams(
                 n=s.n,

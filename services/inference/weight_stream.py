@@ -3,6 +3,7 @@ split into consecutive byte ranges; the receiver checks that every tensor arrive
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Iterable, Iterator
 
 import torch
@@ -53,11 +54,14 @@ async def assemble(
 
     def finish() -> None:
         name, dtype, shape, buffer = current
-        expected = _numel(shape) * _DTYPES[dtype].itemsize
+        expected = math.prod(shape) * _DTYPES[dtype].itemsize
         if len(buffer) != expected:
             raise WeightStreamError(f"{name}: got {len(buffer)} bytes, shape needs {expected}")
-        flat = torch.frombuffer(buffer, dtype=torch.uint8) if buffer else torch.empty(0)
-        tensors.append((name, flat.to(torch.uint8).view(_DTYPES[dtype]).reshape(shape)))
+        # frombuffer refuses an empty buffer (a tensor with a zero-sized dimension).
+        raw = torch.zeros(0, dtype=torch.uint8)
+        if buffer:
+            raw = torch.frombuffer(buffer, dtype=torch.uint8)
+        tensors.append((name, raw.view(_DTYPES[dtype]).reshape(shape)))
 
     async for message in messages:
         if version is None:
@@ -89,10 +93,3 @@ async def assemble(
     if current is not None:
         finish()
     return version, tensors
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
