@@ -26,9 +26,9 @@ STATE_FILE = "stack.json"
 
 # Services `etude up` starts, in dependency order; each runs as `python -m etude.<name>`.
 # A service joins this list when it exists.
-LOCAL_SERVICES: tuple[str, ...] = ("inference", "search", "environment", "reward")
+LOCAL_SERVICES: tuple[str, ...] = ("inference", "search", "environment", "reward", "gateway")
 # Services that also answer HTTP (a port of their own, `ETUDE_<NAME>__HTTP_PORT`).
-HTTP_SERVICES = frozenset({"inference"})
+HTTP_SERVICES = frozenset({"inference", "gateway"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,8 @@ class ServiceSpec:
     name: str
     argv: tuple[str, ...]
     http: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment of this process only (e.g. a rollout worker's run id)."""
 
     @classmethod
     def module(cls, name: str) -> ServiceSpec:
@@ -126,6 +128,22 @@ class LocalStack:
             self.stop()
             raise
 
+    def add_service(self, spec: ServiceSpec) -> Component:
+        """Start one more process beside the running stack (a rollout worker of a run)."""
+        assert self.state is not None, "start the stack first"
+        component = self._start_service(spec)
+        self.state.components.append(component)
+        self.state.write(self.state_path)
+        return component
+
+    def stop_service(self, name: str) -> int | None:
+        """SIGTERM one process, wait for it to finish its work, and forget it."""
+        proc = self.processes.pop(name, None)
+        if self.state is not None:
+            self.state.components = [c for c in self.state.components if c.name != name]
+            self.state.write(self.state_path)
+        return None if proc is None else terminate(proc, self.settings.stack.stop_timeout_seconds)
+
     def _start_service(self, spec: ServiceSpec) -> Component:
         host = self.settings.stack.host
         log_path = self.run_dir / "logs" / f"{spec.name}.log"
@@ -141,6 +159,7 @@ class LocalStack:
                 "ETUDE_STACK__RUN_DIR": str(self.run_dir),
                 **self.addresses,
                 **http,
+                **dict(spec.env),
             }
             proc = spawn(spec.argv, log_path=log_path, env=env)
             self.processes[spec.name] = proc

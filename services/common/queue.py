@@ -87,6 +87,22 @@ redis.call('XDEL', KEYS[2], ARGV[1])
 return id
 """
 
+# Reset the idle time of entries this consumer still holds, so a long piece of work is not
+# reclaimed from a live consumer. XCLAIM alone would also take entries another consumer
+# holds; the owner check and the claim are one atomic step. JUSTID leaves the delivery
+# counter alone. KEYS: stream. ARGV: group, consumer, entry ids.
+_TOUCH = """
+local touched = 0
+for i = 3, #ARGV do
+  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #pending == 1 and pending[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+    touched = touched + 1
+  end
+end
+return touched
+"""
+
 _Fields = dict[str, str | bytes | int]
 
 # How many of its own pending entries a consumer checks for deletion when Redis 6.2
@@ -187,6 +203,7 @@ class WorkQueue:
         self._put_once = client.register_script(_PUT_ONCE)
         self._dead_letter_script = client.register_script(_DEAD_LETTER)
         self._requeue_script = client.register_script(_REQUEUE)
+        self._touch_script = client.register_script(_TOUCH)
 
     @contextmanager
     def _redis_errors(self) -> Iterator[None]:
@@ -364,6 +381,15 @@ class WorkQueue:
                 pipe.hdel(self._reasons_key, *entry_ids)
                 acked, _deleted, _reasons = await pipe.execute()
         return int(acked)
+
+    async def touch(self, *entry_ids: str) -> int:
+        """Heartbeat: mark entries this consumer holds as still being worked on (their idle
+        time restarts, so no other consumer reclaims them). Returns how many it still held;
+        an entry reclaimed meanwhile by another consumer is left to that one."""
+        if not entry_ids:
+            return 0
+        with self._redis_errors():
+            return int(await self._touch_script([self.stream], [self.group, self.consumer, *entry_ids]))
 
     async def fail(self, entry_id: str, reason: str) -> None:
         """Give an entry back for a retry now, or dead-letter it on its last delivery.

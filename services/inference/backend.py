@@ -35,6 +35,9 @@ class SamplingParams:
     """Set to make sampling reproducible, whatever else is batched alongside."""
     n: int = 1
     """Completions for the prompt; they share the prompt's prefill."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Generation also ends after sampling one of these (kept in the output), e.g. the
+    chat template's end-of-turn token."""
     ignore_eos: bool = False
     """Keep generating past the end-of-sequence token (benchmarks want fixed lengths)."""
 
@@ -95,6 +98,8 @@ def validate_request(
         problems.append("top_p must be in (0, 1]")
     if p.top_k < 0:
         problems.append("top_k must be ≥ 0 (0 disables it)")
+    if not all(0 <= t < vocab_size for t in p.stop_token_ids):
+        problems.append(f"stop_token_ids must be in 0..{vocab_size - 1}")
     if problems:
         raise InferenceError("; ".join(problems))
 

@@ -291,6 +291,8 @@ class TorchEngine:
         text; the tokens stay as sampled)."""
         if token == self.tokenizer.eos_token_id and not state.params.ignore_eos:
             return "stop"
+        if token in state.params.stop_token_ids:
+            return "stop"
         text = self.tokenizer.decode(seq.tokens[len(state.request.prompt_token_ids) :])
         if text.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its bytes
             return None

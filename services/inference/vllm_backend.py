@@ -316,6 +316,7 @@ class VllmBackend:
                 top_k=s.top_k,
                 max_tokens=s.max_tokens,
                 stop=list(s.stop),
+                stop_token_ids=list(s.stop_token_ids),
                 seed=s.seed,
                 ignore_eos=s.ignore_eos,
                 logprobs=0,  # the sampled token's own logprob only

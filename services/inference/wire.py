@@ -41,6 +41,7 @@ def request_from_proto(message: inference_pb2.GenerateRequest, tokenizer) -> Gen
         stop=tuple(s.stop),
         seed=s.seed if s.HasField("seed") else None,
         n=s.n or 1,
+        stop_token_ids=tuple(s.stop_token_ids),
     )
     return GenerationRequest(
         request_id=message.request_id, prompt_token_ids=prompt, sampling=sampling
@@ -74,6 +75,7 @@ def request_to_proto(request: GenerationRequest) -> inference_pb2.GenerateReques
             stop=s.stop,
             seed=s.seed,
             n=s.n,
+            stop_token_ids=s.stop_token_ids,
         ),
     )
 

@@ -54,23 +54,48 @@ class GroupCollector:
         self._handed_out: set[str] = set()
         self.late = 0
         """Rollouts that arrived after their group went to the trainer."""
+        self.duplicates = 0
+        """Rollouts delivered again (a worker died after writing, before acknowledging)."""
 
     def expect(self, group_id: str, size: int) -> None:
         if group_id in self._open or group_id in self._handed_out:
             raise ValueError(f"group {group_id!r} is already scheduled")
         self._open[group_id] = Group(group_id, size)
 
-    def add(self, trajectory: Trajectory) -> None:
+    def add(self, trajectory: Trajectory) -> bool:
+        """Whether the trajectory was taken into its group; a late one, an extra beyond a
+        full group or a redelivered duplicate (same sample index) is counted and left out."""
         if trajectory.group_id in self._handed_out:
             self.late += 1
-            return
+            return False
         group = self._open.get(trajectory.group_id)
         if group is None:
             raise KeyError(f"trajectory of unknown group {trajectory.group_id!r}")
+        if any(t.sample_index == trajectory.sample_index for t in group.trajectories):
+            self.duplicates += 1
+            return False
         if group.complete:  # an over-provisioned extra: the group is already full
             self.late += 1
-            return
+            return False
         group.trajectories.append(trajectory)
+        return True
+
+    @property
+    def open_groups(self) -> int:
+        """Scheduled groups not yet handed to the trainer (complete or still running)."""
+        return len(self._open)
+
+    def snapshot(self) -> dict:
+        """What a resumed trainer needs: the groups still expected (their trajectories are
+        redelivered from the stream) and those already trained on (never again)."""
+        return {
+            "open": {g.group_id: g.size for g in self._open.values()},
+            "handed_out": sorted(self._handed_out),
+        }
+
+    def restore(self, snapshot: dict) -> None:
+        self._handed_out = set(snapshot["handed_out"])
+        self._open = OrderedDict((gid, Group(gid, size)) for gid, size in snapshot["open"].items())
 
     @property
     def complete_groups(self) -> int:

@@ -38,6 +38,8 @@ def episode_start(instruction: str, system: str | None = None) -> str:
     )
 
 
-def observation(results: str) -> str:
-    """Closes the assistant's turn, hands back the tool results, opens the next turn."""
-    return f"{IM_END}\n{IM_START}user\n{results}{IM_END}\n{IM_START}assistant\n"
+def observation(results: str, turn_closed: bool = False) -> str:
+    """Closes the assistant's turn (unless the policy already ended it with IM_END), hands
+    back the tool results, opens the next turn."""
+    close = "" if turn_closed else IM_END
+    return f"{close}\n{IM_START}user\n{results}{IM_END}\n{IM_START}assistant\n"

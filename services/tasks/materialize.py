@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 from etude.tasks.repo import apply_patch, commit_snapshot, copy_files
@@ -45,10 +47,13 @@ def materialize(
     """The task's repository at its base commit under `cache_dir/<task id>` (reused when
     already there and at the right commit)."""
     target = cache_dir / task.id
-    if target.is_dir() and _head(target) == task.base_commit:
-        return target
-    shutil.rmtree(target, ignore_errors=True)
-    staging = cache_dir / f".{task.id}.partial"
+    if target.is_dir():
+        if _head(target) == task.base_commit:
+            return target
+        shutil.rmtree(target, ignore_errors=True)  # stale: built from another commit
+    # Several processes (rollout workers, the reward service) may build the same task at
+    # once: each in its own staging directory; the first rename wins, the others find it.
+    staging = cache_dir / f".{task.id}.partial-{os.getpid()}-{threading.get_ident()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
@@ -61,7 +66,11 @@ def materialize(
                 f"{task.id}: rebuilt commit {commit} differs from the record's "
                 f"{task.base_commit}; the project changed since the task was made"
             )
-        staging.rename(target)
+        try:
+            staging.rename(target)
+        except OSError:
+            if _head(target) != task.base_commit:
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target

@@ -228,6 +228,25 @@ async def test_consumer_killed_before_ack_is_reclaimed_and_processed_once(
     assert await pending_count(path_client) == 0
 
 
+async def test_touch_keeps_a_live_consumers_entry_from_being_reclaimed(
+    client: aioredis.Redis,
+) -> None:
+    busy = await new_queue(client, "busy", claim_idle_seconds=0.3)
+    other = await new_queue(client, "other", claim_idle_seconds=0.3)
+    entry_id = await busy.put(request())
+    [held] = await busy.get()
+    for _ in range(3):  # working longer than claim_idle_seconds, with heartbeats
+        await asyncio.sleep(0.2)
+        assert await busy.touch(held.entry_id) == 1
+        assert await other.get() == []
+    await asyncio.sleep(0.4)  # heartbeats stop: the entry is reclaimable again
+    [reclaimed] = await other.get()
+    assert (reclaimed.entry_id, reclaimed.deliveries) == (entry_id, 2)
+    assert await busy.touch(entry_id) == 0  # no longer the holder: left to the other one
+    owner = await client.xpending_range(STREAM, GROUP, entry_id, entry_id, 1)
+    assert owner[0]["consumer"] == b"other"
+
+
 async def test_three_consumers_and_a_crash_process_every_entry_once(
     redis_url: str, path_client: aioredis.Redis, tmp_path: Path
 ) -> None:

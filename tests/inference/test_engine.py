@@ -106,6 +106,16 @@ async def test_stop_string_ends_the_completion_and_is_cut_from_the_text(backend,
     assert len(cut["tokens"]) < len(free["tokens"])
 
 
+async def test_a_stop_token_ends_the_completion_and_is_kept(backend, tokenizer):
+    prompt = _prompt(tokenizer, PROMPTS[0])
+    free = (await run_request(backend, _greedy("free-ids", prompt, 16)))[0]
+    stop_token = free["tokens"][4]
+    cut = (await run_request(backend, _greedy("cut-ids", prompt, 16, stop_token_ids=(stop_token,))))
+    first = free["tokens"].index(stop_token)
+    assert cut[0]["tokens"] == free["tokens"][: first + 1]
+    assert cut[0]["reason"] == "stop"
+
+
 async def test_update_weights_mid_stream_tags_later_tokens_with_the_new_version(backend, tokenizer):
     replacement = build_model(backend.engine.model.config, seed=99)
     prompt = _prompt(tokenizer, PROMPTS[2])

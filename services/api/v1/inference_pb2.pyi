@@ -20,7 +20,7 @@ FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_CANCELLED: FinishReason
 
 class SamplingParams(_message.Message):
-    __slots__ = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "n")
+    __slots__ = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "n", "stop_token_ids")
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class SamplingParams(_message.Message):
     STOP_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_p: float
     top_k: int
@@ -35,7 +36,8 @@ class SamplingParams(_message.Message):
     stop: _containers.RepeatedScalarFieldContainer[str]
     seed: int
     n: int
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., n: _Optional[int] = ...) -> None: ...
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., n: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "prompt_token_ids", "prompt_text", "sampling")

@@ -1,0 +1,273 @@
+"""`etude train CONFIG` and `etude sft CONFIG`: a whole run on one machine.
+
+Starts the local stack as `etude up` does (Redis, inference, search, environment, reward,
+gateway), records the run in the run registry, then: SFT warm start → publish the policy →
+held-out pass@1 → rollout workers → RL steps (progress: step, reward, pass rate, tokens/s,
+staleness) → held-out pass@1 again → summary, metrics.jsonl, TensorBoard log and
+reward_curve.png under `<output_dir>/<run id>/`. With `--ray` the trainer and the rollout
+workers are Ray actors (`ray.init` on this machine); otherwise the trainer runs here and
+each worker is a `python -m etude.rollout` process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import redis.asyncio as aioredis
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
+from etude.cli.status import read_status
+from etude.common.logging import configure_logging
+from etude.common.run_config import RunConfig, RunConfigError, load_run_config
+from etude.common.runs import RunNotFoundError, RunRegistry
+from etude.common.settings import EtudeSettings, get_settings
+from etude.rollout.config import RolloutServiceConfig, RolloutSettings
+from etude.trainer.hosts import RolloutHost, TrainerHost
+from etude.trainer.run import Endpoints
+
+console = Console(stderr=True)
+
+ConfigArgument = Annotated[Path | None, typer.Argument(help="Run config (YAML); unset: defaults.")]
+SetOption = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a key: section.key=value (repeatable).")
+]
+RunDirOption = Annotated[
+    Path | None, typer.Option("--run-dir", help="Where the stack keeps Redis data and logs.")
+]
+
+
+def _load(config: Path | None, overrides: list[str] | None) -> RunConfig:
+    try:
+        return load_run_config(config, overrides or [])
+    except RunConfigError as error:
+        console.print(f"[red]{error}[/]")
+        raise typer.Exit(2) from None
+
+
+def _settings(run_dir: Path | None) -> EtudeSettings:
+    settings = get_settings()
+    if run_dir is not None:
+        stack = settings.stack.model_copy(update={"run_dir": run_dir})
+        settings = settings.model_copy(update={"stack": stack})
+    return settings
+
+
+def train(
+    config: ConfigArgument = None,
+    overrides: SetOption = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Use (or resume) this run id.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint.")] = False,
+    ray: Annotated[bool, typer.Option("--ray", help="Trainer and workers as Ray actors.")] = False,
+    run_dir: RunDirOption = None,
+) -> None:
+    """Train a policy: SFT warm start, then RL, on the local stack."""
+    run = _load(config, overrides)
+    _run_with_stack(run, run_id, _settings(run_dir), resume=resume, ray=ray, sft_only=False)
+
+
+def sft(
+    config: ConfigArgument = None,
+    overrides: SetOption = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Where the SFT policy goes.")] = None,
+    run_dir: RunDirOption = None,
+) -> None:
+    """Warm-start a policy on scripted demonstrations and save it as a checkpoint."""
+    run = _load(config, overrides)
+    _run_with_stack(run, None, _settings(run_dir), resume=False, ray=False, sft_only=True, out=out)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def _run_with_stack(
+    run: RunConfig, run_id: str | None, settings: EtudeSettings, *, resume: bool, ray: bool,
+    sft_only: bool, out: Path | None = None,
+) -> None:  # fmt: skip
+    configure_logging(settings.log)
+    existing = read_status(settings.stack.run_dir.resolve())
+    if existing is not None and existing.supervisor_alive:
+        console.print(f"[red]A stack is already running in {existing.run_dir}.[/] Pass --run-dir.")
+        raise typer.Exit(1)
+    stack = LocalStack(settings, tuple(ServiceSpec.module(n) for n in LOCAL_SERVICES))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_stop)
+    code = 0
+    try:
+        with console.status("Starting the local stack…"):
+            state = stack.start()
+        driver = _Driver(run, run_id, settings, stack, state.redis_url, ray=ray)
+        code = asyncio.run(driver.main(resume=resume, sft_only=sft_only, out=out))
+    except _Stop as stop:
+        console.print(f"{stop.args[0]}: stopping…")
+        code = 130
+    except StackError as error:
+        console.print(f"[red]{error}[/]")
+        code = 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        stack.stop()
+    raise typer.Exit(code)
+
+
+class _Driver:
+    def __init__(
+        self, run: RunConfig, run_id: str | None, settings: EtudeSettings, stack: LocalStack,
+        redis_url: str, *, ray: bool,
+    ) -> None:  # fmt: skip
+        self.run, self.run_id, self.settings, self.stack = run, run_id, settings, stack
+        self.redis_url, self.ray = redis_url, ray
+        status = read_status(stack.run_dir)
+        assert status is not None
+        address = {c.name: c.address for c in status.components}
+        self.endpoints = Endpoints(
+            redis_url, (address["inference"],), address["environment"], address["reward"]
+        )
+        self.workers: list[Any] = []
+
+    async def main(self, *, resume: bool, sft_only: bool, out: Path | None) -> int:
+        client = aioredis.Redis.from_url(self.redis_url)
+        registry = RunRegistry(client)
+        record = await self._record(registry)
+        self.run_id = record.run_id
+        output_dir = self.run.output_dir / self.run_id
+        await registry.update(self.run_id, status="running", output_dir=str(output_dir))
+        trainer = self._trainer()
+        try:
+            summary: dict[str, Any] = {"run_id": self.run_id}
+            resumed = await trainer.setup.remote(resume) if self.ray else await trainer.setup(resume)
+            call = (lambda m, *a: getattr(trainer, m).remote(*a)) if self.ray else (
+                lambda m, *a: getattr(trainer, m)(*a))  # fmt: skip
+            with console.status("Warm start (SFT on scripted demonstrations)…"):
+                summary.update(await call("warm_start"))
+            if sft_only:
+                path = await call("save_policy", str(out or output_dir / "sft-policy"))
+                console.print(f"SFT policy saved to [bold]{path}[/]")
+                await call("finish", summary)
+                await registry.update(self.run_id, status="finished")
+                return 0
+            if not resumed:
+                with console.status("Held-out pass@1 before RL…"):
+                    summary["eval_before"] = await call("evaluate", "before")
+            await self._start_workers()
+            steps = await self._with_progress(call("rl"), registry)
+            await self._stop_workers()
+            with console.status("Held-out pass@1 after RL…"):
+                summary["eval_after"] = await call("evaluate", "after")
+            summary["steps"] = steps
+            stopped = (await registry.get(self.run_id)).stop_requested
+            summary["curve"] = await call("finish", summary)
+            await registry.update(self.run_id, status="stopped" if stopped else "finished")
+            self._print_summary(summary, output_dir)
+            return 0
+        except Exception as error:
+            await registry.update(self.run_id, status="failed", error=f"{type(error).__name__}: {error}")
+            raise
+        finally:
+            await self._stop_workers()
+            await client.aclose()
+
+    async def _record(self, registry: RunRegistry):
+        if self.run_id:
+            try:
+                return await registry.get(self.run_id)
+            except RunNotFoundError:
+                pass
+        return await registry.create(self.run, run_id=self.run_id)
+
+    def _trainer(self):
+        if not self.ray:
+            return TrainerHost(self.run_id, self.run, self.endpoints, self.settings)
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        actor = ray.remote(TrainerHost).options(num_cpus=0, max_concurrency=4)
+        return actor.remote(self.run_id, self.run, self.endpoints, self.settings)
+
+    async def _start_workers(self) -> None:
+        count = self.run.rollout.workers
+        if self.ray:
+            import ray
+
+            settings = RolloutSettings(**{
+                **self.settings.model_dump(),
+                "redis": {"url": self.redis_url},
+                "services": {"inference": self.endpoints.inference[0],
+                             "environment": self.endpoints.environment,
+                             "reward": self.endpoints.reward},
+            })  # fmt: skip
+            for i in range(count):
+                section = RolloutServiceConfig(run_id=self.run_id, consumer=f"ray-{i}")
+                worker_settings = settings.model_copy(update={"rollout": section})
+                actor = ray.remote(RolloutHost).options(num_cpus=0, max_concurrency=4)
+                handle = actor.remote(worker_settings, self.run)
+                self.workers.append((handle, handle.run.remote()))
+            return
+        for i in range(count):
+            env = (("ETUDE_ROLLOUT__RUN_ID", self.run_id), ("ETUDE_ROLLOUT__CONSUMER", f"worker-{i}"))
+            spec = ServiceSpec(f"rollout-{i}", (sys.executable, "-m", "etude.rollout"), env=env)
+            await asyncio.to_thread(self.stack.add_service, spec)
+            self.workers.append(spec.name)
+
+    async def _stop_workers(self) -> None:
+        workers, self.workers = self.workers, []
+        for worker in workers:
+            if isinstance(worker, str):
+                await asyncio.to_thread(self.stack.stop_service, worker)
+            else:
+                handle, running = worker
+                await handle.stop.remote()
+                await running
+
+    async def _with_progress(self, rl, registry: RunRegistry) -> int:
+        total = self.run.trainer.steps
+        columns = (TextColumn("[bold]RL[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TextColumn("{task.description}"), TimeElapsedColumn())  # fmt: skip
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task("waiting for the first groups…", total=total)
+            running = asyncio.ensure_future(rl)
+            while not running.done():
+                await asyncio.wait([running], timeout=1.0)
+                record = await registry.get(self.run_id)
+                m = record.metrics
+                if m:
+                    progress.update(bar, completed=record.step, description=(
+                        f"reward {m['reward_mean']:.2f}  pass {m['pass_rate']:.2f}  "
+                        f"{m['tokens_per_second']:.0f} tok/s  staleness {m['staleness_mean']:.1f}"
+                        f"  v{record.policy_version}"))  # fmt: skip
+            return running.result()
+
+    def _print_summary(self, summary: dict[str, Any], output_dir: Path) -> None:
+        table = Table(title=f"Run {self.run_id}")
+        table.add_column("")
+        table.add_column("value")
+        before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
+        rows = [
+            ("RL steps", summary.get("steps")),
+            ("demonstrations (SFT)", summary.get("demonstrations")),
+            ("SFT loss first → last", _pair(summary.get("sft_first_loss"), summary.get("sft_final_loss"))),
+            ("held-out pass@1 before → after", _pair(before.get("pass_at_1"), after.get("pass_at_1"))),
+            ("output", str(output_dir)),
+        ]  # fmt: skip
+        for name, value in rows:
+            table.add_row(name, "—" if value is None else str(value))
+        Console().print(table)
+
+
+def _pair(first: float | None, last: float | None) -> str | None:
+    if first is None or last is None:
+        return None
+    return f"{first:.3f} → {last:.3f}"

@@ -1,0 +1,164 @@
+"""The configuration of one training run: which tasks, which policy, how rollouts are
+scheduled, how the trainer steps. `etude train CONFIG` reads it from YAML; the gateway's
+`POST /runs` takes the same document as JSON. Unknown keys are errors, so a typo never
+silently falls back to a default.
+
+Overrides on the command line use dotted keys: `trainer.steps=4 rollout.group_size=2`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class TasksConfig(_Part):
+    taskset: str = "etude-mini"
+    """A bundled task set (`etude-mini`) or a path to a SWE-bench-style JSONL file."""
+    train_limit: int | None = Field(default=None, ge=1)
+    """Use only the first N training tasks (deterministic order); None: all."""
+    eval_limit: int | None = Field(default=None, ge=0)
+    """Held-out tasks evaluated for pass@1 before and after training; None: all, 0: skip."""
+    seed: int = 0
+    """Order in which training tasks are drawn."""
+
+
+class PolicyConfig(_Part):
+    init: str = "tiny"
+    """A model preset (`tiny`, `tiny-dense`, `small`) or a checkpoint directory."""
+    seed: int = 0
+    """Initial weights of a preset."""
+    max_model_len: int = Field(default=3072, ge=64)
+    """Longest episode (prompt, turns and tool results) in tokens."""
+
+
+class SftConfig(_Part):
+    enabled: bool = True
+    """Warm-start the policy on scripted demonstrations before RL."""
+    steps: int = Field(default=60, ge=0)
+    """Optimizer steps over the demonstrations."""
+    batch_size: int = Field(default=4, ge=1)
+    lr: float = Field(default=1e-3, gt=0)
+    demonstrations: int | None = Field(default=None, ge=1)
+    """Training tasks demonstrated; None: the same tasks RL trains on."""
+
+
+class RolloutConfig(_Part):
+    group_size: int = Field(default=4, ge=1)
+    """Completions per task compared by GRPO (G)."""
+    groups_per_step: int = Field(default=2, ge=1)
+    """Complete groups the trainer needs for one step."""
+    over_provision: int = Field(default=1, ge=0)
+    """Extra groups kept in flight beyond one step's worth, so stragglers do not idle the
+    trainer."""
+    max_staleness: int = Field(default=1, ge=0)
+    """No rollout starts on a policy more than this many versions behind the trainer."""
+    max_turns: int = Field(default=6, ge=1)
+    max_new_tokens: int = Field(default=256, ge=1)
+    """Per turn."""
+    max_episode_tokens: int = Field(default=3072, ge=64)
+    """Prompt, turns and tool results together; the episode ends when it would exceed it."""
+    max_tool_output_chars: int = Field(default=2000, ge=100)
+    """Tool results are cut to this many characters before the policy reads them."""
+    wall_clock_seconds: float = Field(default=300.0, gt=0)
+    """An episode still running after this long ends with finish reason `timeout`."""
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    workers: int = Field(default=1, ge=1)
+    """Rollout worker processes (or Ray actors)."""
+    concurrency: int = Field(default=8, ge=1)
+    """Episodes one worker runs at once."""
+
+
+class LossSettings(_Part):
+    clip_low: float = Field(default=0.2, ge=0)
+    clip_high: float = Field(default=0.28, ge=0)
+    tis_cap: float | None = Field(default=2.0, gt=0)
+    """Cap of the truncated importance weight; null: no correction."""
+    aggregation: Literal["token_mean", "sequence_mean", "dr_grpo"] = "token_mean"
+    normalize_std: bool = False
+    """Divide advantages by the group's reward std (GRPO) or not (Dr. GRPO)."""
+    kl_coef: float = Field(default=0.0, ge=0)
+    """KL to the initial policy (0: no reference model is kept)."""
+    entropy_coef: float = Field(default=0.0, ge=0)
+    aux_loss_coef: float = Field(default=0.01, ge=0)
+    """Weight of the MoE load-balancing loss."""
+
+
+class TrainerConfig(_Part):
+    steps: int = Field(default=10, ge=0)
+    """RL steps (each publishes a new policy version)."""
+    lr: float = Field(default=1e-5, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    grad_clip: float = Field(default=1.0, gt=0)
+    micro_batch: int = Field(default=4, ge=1)
+    """Sequences per forward/backward; gradients accumulate over a step's batch."""
+    precision: Literal["bf16", "mxfp8"] = "bf16"
+    """`mxfp8`: linear layers and experts through the MXFP8 kernels (etude.kernels);
+    `bf16`: the model's own dtype (fp32 on a CPU)."""
+    checkpoint_every: int = Field(default=1, ge=1)
+    keep_checkpoints: int = Field(default=2, ge=1)
+    loss: LossSettings = LossSettings()
+
+
+class RunConfig(_Part):
+    name: str = Field(default="run", pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    """Short label; the run id is `<name>-<random>`."""
+    tasks: TasksConfig = TasksConfig()
+    policy: PolicyConfig = PolicyConfig()
+    sft: SftConfig = SftConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    output_dir: Path = Path(".etude/runs")
+    """Checkpoints, metrics (JSONL, TensorBoard), the summary and the reward curve go in
+    `<output_dir>/<run id>/`."""
+
+
+class RunConfigError(ValueError):
+    pass
+
+
+def apply_overrides(document: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`section.key=value` pairs onto a config document; values parse as YAML scalars."""
+    result = dict(document)
+    for override in overrides:
+        key, sep, raw = override.partition("=")
+        if not sep or not key:
+            raise RunConfigError(f"override {override!r} is not section.key=value")
+        node = result
+        *parents, leaf = key.split(".")
+        for part in parents:
+            child = node.get(part)
+            node[part] = dict(child) if isinstance(child, dict) else {}
+            node = node[part]
+        node[leaf] = yaml.safe_load(raw)
+    return result
+
+
+def parse_run_config(document: dict[str, Any]) -> RunConfig:
+    try:
+        return RunConfig.model_validate(document)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()
+        )
+        raise RunConfigError(f"invalid run config: {problems}") from None
+
+
+def load_run_config(path: Path | None, overrides: list[str] = ()) -> RunConfig:
+    document: Any = {}
+    if path is not None:
+        try:
+            document = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise RunConfigError(f"cannot read {path}: {error}") from None
+        if not isinstance(document, dict):
+            raise RunConfigError(f"{path}: a run config is a mapping, not {type(document).__name__}")
+    return parse_run_config(apply_overrides(document, list(overrides)))

@@ -1,0 +1,49 @@
+"""The reward service's gRPC client: rollout workers grade a finished session through it."""
+
+from __future__ import annotations
+
+import grpc
+from grpc import aio
+
+from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
+from etude.common.grpc_client import insecure_channel
+from etude.common.settings import ClientSettings
+from etude.reward.grader import Score
+
+
+class RewardRequestError(ValueError):
+    """The reward service refused the request (unknown task or session, nothing to grade)."""
+
+
+class GrpcReward:
+    def __init__(self, target: str, settings: ClientSettings | None = None) -> None:
+        self.settings = settings or ClientSettings()
+        self.channel: aio.Channel = insecure_channel(target, self.settings)
+        self.stub = reward_pb2_grpc.RewardServiceStub(self.channel)
+
+    async def score(
+        self, task_id: str, *, session_id: str = "", patch: str = "", timeout: float | None = None
+    ) -> Score:
+        request = reward_pb2.ScoreRequest(task_id=common_pb2.TaskId(value=task_id), patch=patch)
+        if session_id:
+            request.session_id.value = session_id
+        try:
+            # Grading runs a test suite: allow more than an ordinary call's deadline.
+            reply = await self.stub.Score(
+                request, timeout=timeout or self.settings.timeout_seconds * 4
+            )
+        except aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+                raise RewardRequestError(error.details()) from error
+            raise
+        return Score(
+            reward=reply.reward,
+            components=dict(reply.components),
+            fail_to_pass={o.test_id: o.passed for o in reply.fail_to_pass},
+            pass_to_pass={o.test_id: o.passed for o in reply.pass_to_pass},
+            seconds=reply.seconds,
+            error=reply.error,
+        )
+
+    async def close(self) -> None:
+        await self.channel.close()

@@ -1,0 +1,161 @@
+"""The agent loop: one episode of one task, turn by turn, into a scored trajectory.
+
+    prompt → sample a turn → parse its tool calls → execute them as one batch in the task's
+    session → append the results → … until submit, no tool call, max turns, the token budget
+    or the wall clock → score the session → trajectory
+
+Who writes the turns is a `TurnSampler`: the policy (through inference) for RL, a scripted
+solver for SFT demonstrations. Either way the episode's tokens are exactly what the
+trainer will see: the loop records token ids, not text, so nothing is re-tokenized.
+A malformed call becomes a <tool_error> observation the policy can read (it loses the call,
+not the episode); a dead service raises, and the rollout worker gives the entry back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from etude.common.payloads import RolloutRequest, Trajectory
+from etude.common.run_config import RolloutConfig
+from etude.common.toolcalls import ToolResult, parse_tool_calls, render_parse_errors
+from etude.common.toolcalls import render_tool_results, tools_by_name
+from etude.environment.batch import ExecutedCall
+from etude.environment.client import EnvironmentClient
+from etude.environment.tools import tool_specs
+from etude.reward.grader import Score
+from etude.rollout import metrics
+from etude.rollout.prompt import IM_END, episode_start, observation
+from etude.rollout.trajectory import TrajectoryBuilder
+from etude.tasks.task import Task
+
+# Below this many tokens of budget a turn cannot hold even one tool call.
+_MIN_TURN_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeLimits:
+    max_turns: int = 6
+    max_new_tokens: int = 256
+    max_episode_tokens: int = 3072
+    max_tool_output_chars: int = 2000
+    wall_clock_seconds: float = 300.0
+
+    @classmethod
+    def from_config(cls, config: RolloutConfig) -> EpisodeLimits:
+        return cls(
+            config.max_turns, config.max_new_tokens, config.max_episode_tokens,
+            config.max_tool_output_chars, config.wall_clock_seconds,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SampledTurn:
+    token_ids: list[int]
+    logprobs: list[float]
+    policy_versions: list[int]
+    text: str
+    """The turn as text, for the tool-call parser (special tokens left out)."""
+
+
+class TurnSampler(Protocol):
+    async def sample(
+        self, context_ids: list[int], results: list[ExecutedCall] | None, max_new_tokens: int
+    ) -> SampledTurn:
+        """The next assistant turn given the episode so far (and, for samplers that react
+        to them, the previous turn's results; None before the first turn)."""
+        ...
+
+
+class Scorer(Protocol):
+    async def score(self, task_id: str, *, session_id: str = "", patch: str = "") -> Score: ...
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+    def convert_tokens_to_ids(self, token: str) -> int: ...
+
+
+class EpisodeRunner:
+    def __init__(
+        self,
+        environment: EnvironmentClient,
+        reward: Scorer,
+        tokenizer: Tokenizer,
+        limits: EpisodeLimits,
+        repository_for: Callable[[Task], Path],
+    ) -> None:
+        self.environment = environment
+        self.reward = reward
+        self.tokenizer = tokenizer
+        self.limits = limits
+        self.repository_for = repository_for
+        self.end_of_turn_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self._tools = tools_by_name(tool_specs())
+
+    async def run(self, request: RolloutRequest, task: Task, sampler: TurnSampler) -> Trajectory:
+        repository = await asyncio.to_thread(self.repository_for, task)
+        session = await self.environment.create_session(task.id, str(repository))
+        builder = TrajectoryBuilder(request)
+        builder.add_context(self.tokenizer.encode(episode_start(task.instruction)))
+        try:
+            try:
+                reason = await asyncio.wait_for(
+                    self._turns(session.session_id, builder, sampler),
+                    timeout=self.limits.wall_clock_seconds,
+                )
+            except TimeoutError:
+                reason = "timeout"
+            score = await self.reward.score(task.id, session_id=session.session_id)
+        finally:
+            await self.environment.close_session(session.session_id)
+        metrics.record_episode(reason, score.reward, len(builder.calls_per_turn))
+        return builder.finish(score.reward, score.components, reason)
+
+    async def _turns(self, session_id: str, builder: TrajectoryBuilder, sampler: TurnSampler) -> str:
+        limits = self.limits
+        results: list[ExecutedCall] | None = None
+        for _ in range(limits.max_turns):
+            budget = limits.max_episode_tokens - len(builder.token_ids)
+            if budget < _MIN_TURN_TOKENS:
+                return "max_tokens"
+            started = time.perf_counter()
+            turn = await sampler.sample(
+                builder.token_ids, results, min(limits.max_new_tokens, budget)
+            )
+            metrics.GENERATE_SECONDS.observe(time.perf_counter() - started)
+            builder.add_sampled(turn.token_ids, turn.logprobs, turn.policy_versions)
+            parsed = parse_tool_calls(turn.text, tools=self._tools)
+            if not parsed.calls and not parsed.errors:
+                builder.end_turn([], time.perf_counter() - started)
+                return "no_tool_call"
+            results = await self.environment.execute(session_id, parsed.calls) if parsed.calls else []
+            builder.end_turn([c.name for c in parsed.calls], time.perf_counter() - started)
+            metrics.record_tool_calls(results)
+            if any(r.ends_episode for r in results):
+                return "submitted"
+            closed = bool(turn.token_ids) and turn.token_ids[-1] == self.end_of_turn_id
+            text = self._observation_text(results, parsed.errors)
+            observed = self.tokenizer.encode(observation(text, turn_closed=closed))
+            if len(builder.token_ids) + len(observed) + _MIN_TURN_TOKENS > limits.max_episode_tokens:
+                return "max_tokens"
+            builder.add_context(observed)
+        return "max_turns"
+
+    def _observation_text(self, results: list[ExecutedCall], errors) -> str:
+        cap = self.limits.max_tool_output_chars
+        shown = [
+            ToolResult(r.call_id, r.name, _cut(r.output, cap), r.exit_code, r.truncated or len(r.output) > cap)
+            for r in results
+        ]
+        return "\n".join(part for part in (render_tool_results(shown), render_parse_errors(errors)) if part)
+
+
+def _cut(output: str, cap: int) -> str:
+    if len(output) <= cap:
+        return output
+    return output[:cap] + f"\n[… {len(output) - cap} more characters cut]"

@@ -1,0 +1,34 @@
+"""Settings of a rollout worker (`ETUDE_ROLLOUT__*`). What an episode may do (turns, tokens,
+sampling) is the run's configuration, read from the run registry, not set here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from etude.common.settings import EtudeSettings, Section
+from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE
+
+
+class RolloutServiceConfig(Section):
+    run_id: str = ""
+    """The run whose rollouts this worker takes; its configuration comes from the run
+    registry in Redis (written by `etude train` or the gateway)."""
+    consumer: str = ""
+    """This worker's name in the rollout consumer group; unset: `<hostname>-<pid>`."""
+    tasks_files: tuple[Path, ...] = (TASKS_FILE,)
+    """JSONL files of the tasks rollouts may name."""
+    projects_dir: Path = PROJECTS_DIR
+    """Where the projects of `etude-mini/<name>` tasks live."""
+    cache_dir: Path | None = None
+    """Where task repositories are built; unset: `<stack run dir>/tasks`."""
+    concurrency: int | None = Field(default=None, ge=1)
+    """Episodes at once; unset: the run's `rollout.concurrency`."""
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
+    """How often a running rollout's entry is marked alive; keep it well under
+    ETUDE_QUEUE__CLAIM_IDLE_SECONDS."""
+
+
+class RolloutSettings(EtudeSettings):
+    rollout: RolloutServiceConfig = RolloutServiceConfig()

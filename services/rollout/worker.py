@@ -1,0 +1,118 @@
+"""The rollout worker: takes rollout entries from the queue, runs each as an episode, writes
+its trajectory to the trajectories stream, and only then acknowledges the entry.
+
+Many episodes run at once (asyncio, at most `concurrency`). While one runs, its entry is
+touched every `heartbeat_seconds` so no other worker reclaims it from a live worker; a
+worker killed mid-episode stops touching, and another worker reclaims the entry after the
+queue's `claim_idle_seconds` and runs it again. The trajectory is written with the entry's
+key as idempotency key, so a worker that died between writing and acknowledging leaves one
+trajectory, not two. A failure (a dead service, an unknown task) gives the entry back for a
+retry, and the queue dead-letters it after `max_deliveries`. On stop, no new entry is taken
+and the episodes in flight finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from etude.common.payloads import RolloutRequest
+from etude.common.queue import Delivery, QueueUnavailableError, WorkQueue
+from etude.reward.store import TaskStore
+from etude.rollout import metrics
+from etude.rollout.agent import EpisodeRunner, TurnSampler
+from etude.rollout.streams import rollout_key
+
+log = logging.getLogger(__name__)
+
+
+class RolloutWorker:
+    def __init__(
+        self,
+        *,
+        rollouts: WorkQueue,
+        trajectories: WorkQueue,
+        runner: EpisodeRunner,
+        tasks: TaskStore,
+        sampler_for: Callable[[RolloutRequest], TurnSampler],
+        policy_version: Callable[[], Awaitable[int]],
+        concurrency: int = 8,
+        heartbeat_seconds: float = 5.0,
+        poll_ms: int = 500,
+    ) -> None:
+        self.rollouts = rollouts
+        self.trajectories = trajectories
+        self.runner = runner
+        self.tasks = tasks
+        self.sampler_for = sampler_for
+        self.policy_version = policy_version
+        self.concurrency = concurrency
+        self.heartbeat_seconds = heartbeat_seconds
+        self.poll_ms = poll_ms
+        self.completed = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.rollouts.ensure_group()
+        await self.trajectories.ensure_group()
+        running: set[asyncio.Task[None]] = set()
+        while not stop.is_set():
+            if len(running) >= self.concurrency:
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            try:
+                deliveries = await self.rollouts.get(
+                    count=self.concurrency - len(running), block_ms=self.poll_ms
+                )
+            except QueueUnavailableError as error:
+                log.warning("rollout queue unavailable, retrying: %s", error)
+                await asyncio.sleep(1.0)
+                continue
+            for delivery in deliveries:
+                task = asyncio.create_task(self._handle(delivery))
+                running.add(task)
+                task.add_done_callback(running.discard)
+        if running:  # stop: finish what was started, take nothing new
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _handle(self, delivery: Delivery) -> None:
+        request = delivery.payload
+        assert isinstance(request, RolloutRequest)
+        metrics.IN_FLIGHT.inc()
+        heartbeat = asyncio.create_task(self._heartbeat(delivery.entry_id))
+        started = time.perf_counter()
+        try:
+            task = self.tasks.get(request.task_id)
+            await self._wait_for_policy(request.min_policy_version)
+            metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, time.time() - delivery.enqueued_ms / 1000))
+            trajectory = await self.runner.run(request, task, self.sampler_for(request))
+            await self.trajectories.put(trajectory, key=rollout_key(request))
+            await self.rollouts.ack(delivery.entry_id)
+            self.completed += 1
+            metrics.ROLLOUT_SECONDS.observe(time.perf_counter() - started)
+        except Exception as error:  # noqa: BLE001 — every failure gives the entry back
+            kind = type(error).__name__
+            metrics.FAILURES.labels(kind).inc()
+            log.warning("rollout %s failed (%s: %s)", rollout_key(request), kind, error)
+            try:
+                await self.rollouts.fail(delivery.entry_id, f"{kind}: {error}")
+            except QueueUnavailableError:
+                pass  # still pending: reclaimed once Redis is back
+        finally:
+            heartbeat.cancel()
+            metrics.IN_FLIGHT.dec()
+
+    async def _heartbeat(self, entry_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_seconds)
+            try:
+                await self.rollouts.touch(entry_id)
+            except QueueUnavailableError:
+                continue
+
+    async def _wait_for_policy(self, min_version: int) -> None:
+        """Bounded staleness at start: never begin on a policy older than the entry allows
+        (inference may not have received the trainer's newest weights yet)."""
+        while await self.policy_version() < min_version:
+            await asyncio.sleep(0.2)

@@ -1,0 +1,41 @@
+"""Prometheus instruments of the trainer (the trainer dashboard reads these)."""
+
+from __future__ import annotations
+
+from prometheus_client import Gauge, Histogram
+
+from etude.common.metrics import LATENCY_BUCKETS_SECONDS
+
+STEP_SECONDS = Histogram(
+    "etude_trainer_step_seconds",
+    "One optimizer step: forward, backward and update over the step's batch.",
+    buckets=LATENCY_BUCKETS_SECONDS,
+)
+WEIGHT_SYNC_SECONDS = Histogram(
+    "etude_trainer_weight_sync_seconds",
+    "Publishing a new policy version to every inference endpoint.",
+    buckets=LATENCY_BUCKETS_SECONDS,
+)
+WAIT_SECONDS = Histogram(
+    "etude_trainer_wait_seconds",
+    "Time the trainer waited for enough complete groups (idle).",
+    buckets=LATENCY_BUCKETS_SECONDS,
+)
+STALENESS = Histogram(
+    "etude_trainer_staleness",
+    "Versions between the trainer and the oldest token of each trajectory it trains on.",
+    buckets=(0, 1, 2, 3, 4, 6, 8, 16),
+)
+POLICY_VERSION = Gauge("etude_trainer_policy_version", "The newest published policy version.")
+STEP = Gauge("etude_trainer_step", "RL steps done.")
+LOSS = Gauge("etude_trainer_loss", "Loss of the last step.")
+REWARD_MEAN = Gauge("etude_trainer_reward_mean", "Mean reward of the last step's batch.")
+PASS_RATE = Gauge("etude_trainer_pass_rate", "Share of the last step's rollouts with reward 1.")
+MISMATCH_KL = Gauge(
+    "etude_trainer_mismatch_kl",
+    "k3 estimate of KL(behaviour ‖ trainer) over the last step's sampled tokens.",
+)
+GRAD_NORM = Gauge("etude_trainer_grad_norm", "Gradient norm of the last step, before clipping.")
+TOKENS_PER_SECOND = Gauge(
+    "etude_trainer_tokens_per_second", "Trained-on tokens per second of the last step."
+)

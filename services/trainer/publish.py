@@ -1,0 +1,39 @@
+"""Weight sync: the trainer's new policy to every inference endpoint, as one version.
+
+Each endpoint receives the same version over its own UpdateWeights stream, all at once;
+the step's weight-sync time is the slowest endpoint's. An endpoint that refuses the update
+raises (the run stops rather than sample from a policy that silently fell behind).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import torch
+
+from etude.inference.client import GrpcInference
+from etude.model.model import Transformer
+
+
+class WeightPublisher:
+    def __init__(self, endpoints: list[GrpcInference]) -> None:
+        if not endpoints:
+            raise ValueError("weight sync needs at least one inference endpoint")
+        self.endpoints = endpoints
+
+    async def current_version(self) -> int:
+        """The newest version any endpoint serves: the next publication must exceed it."""
+        policies = await asyncio.gather(*(e.get_policy() for e in self.endpoints))
+        return max(p.version for p in policies)
+
+    async def publish(self, version: int, model: Transformer) -> float:
+        """Send the weights as `version`; returns the seconds until every endpoint has it."""
+        started = time.perf_counter()
+        with torch.no_grad():
+            tensors = [(name, t.detach().contiguous()) for name, t in model.state_dict().items()]
+        await asyncio.gather(*(e.update_weights(version, tensors) for e in self.endpoints))
+        return time.perf_counter() - started
+
+    async def close(self) -> None:
+        await asyncio.gather(*(e.close() for e in self.endpoints))

@@ -1,0 +1,86 @@
+"""Where a run's numbers go: one JSON line per step (metrics.jsonl), TensorBoard scalars,
+the run registry (what `etude runs show` and the gateway report), Prometheus gauges, and at
+the end a summary (summary.json) and the reward curve (reward_curve.png)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from etude.trainer import metrics
+
+
+class Reporter:
+    def __init__(self, output_dir: Path, tensorboard: bool = True) -> None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        self.output_dir = output_dir
+        self.metrics_path = output_dir / "metrics.jsonl"
+        self._writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(output_dir / "tensorboard"))
+
+    def log(self, step: int, values: dict[str, float], phase: str = "rl") -> None:
+        record = {"phase": phase, "step": step, "time": time.time(), **values}
+        with self.metrics_path.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+        if self._writer is not None:
+            for key, value in values.items():
+                self._writer.add_scalar(f"{phase}/{key}", value, step)
+            self._writer.flush()
+        if phase == "rl":
+            _export(values)
+
+    def history(self, phase: str = "rl") -> list[dict[str, Any]]:
+        if not self.metrics_path.exists():
+            return []
+        lines = self.metrics_path.read_text().splitlines()
+        return [r for r in map(json.loads, lines) if r["phase"] == phase]
+
+    def finish(self, summary: dict[str, Any]) -> Path:
+        (self.output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if self._writer is not None:
+            self._writer.close()
+        return plot_reward_curve(self.history(), self.output_dir / "reward_curve.png")
+
+
+def _export(values: dict[str, float]) -> None:
+    gauges = {
+        "policy_version": metrics.POLICY_VERSION, "step": metrics.STEP, "loss": metrics.LOSS,
+        "reward_mean": metrics.REWARD_MEAN, "pass_rate": metrics.PASS_RATE,
+        "mismatch_kl": metrics.MISMATCH_KL, "grad_norm": metrics.GRAD_NORM,
+        "tokens_per_second": metrics.TOKENS_PER_SECOND,
+    }  # fmt: skip
+    for key, gauge in gauges.items():
+        if key in values:
+            gauge.set(values[key])
+    for key, histogram in (
+        ("step_seconds", metrics.STEP_SECONDS), ("weight_sync_seconds", metrics.WEIGHT_SYNC_SECONDS),
+        ("wait_seconds", metrics.WAIT_SECONDS),
+    ):  # fmt: skip
+        if key in values:
+            histogram.observe(values[key])
+
+
+def plot_reward_curve(history: list[dict[str, Any]], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in history]
+    figure, axis = plt.subplots(figsize=(6, 3.5), dpi=100)
+    axis.plot(steps, [r["reward_mean"] for r in history], marker="o", label="mean reward")
+    axis.plot(steps, [r["pass_rate"] for r in history], marker="s", label="pass rate")
+    axis.set_xlabel("RL step")
+    axis.set_ylim(-0.05, 1.05)
+    axis.grid(alpha=0.3)
+    axis.legend(loc="upper left")
+    axis.set_title("Training reward")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path

@@ -1,0 +1,235 @@
+"""A training run, end to end, given the services' addresses: the policy, the SFT warm
+start, held-out evaluation, and the RL loop — in torchtitan's manner, `rl()` reads at a
+glance:
+
+    schedule groups → wait for complete groups → GRPO step → publish version v+1
+    → schedule more → checkpoint → acknowledge the trajectories used → report
+
+Rollout workers run elsewhere (processes or Ray actors) and meet this loop only through the
+run's two Redis streams and the inference service's policy version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+from etude.common.payloads import Trajectory
+from etude.common.run_config import RunConfig
+from etude.common.runs import RunRegistry
+from etude.common.settings import EtudeSettings
+from etude.environment.client import GrpcEnvironment
+from etude.inference.client import GrpcInference
+from etude.model.checkpoint import from_pretrained
+from etude.reward.client import GrpcReward
+from etude.rollout.agent import EpisodeLimits, EpisodeRunner
+from etude.rollout.evaluation import Evaluation, pass_at_1
+from etude.rollout.orchestrator import Orchestrator, TaskCycle, WaitedBatch
+from etude.rollout.repositories import RepositoryCache
+from etude.rollout.service import policy_tokenizer
+from etude.rollout.streams import rollout_queue, trajectory_queue
+from etude.tasks.materialize import PROJECTS_DIR
+from etude.trainer import checkpoint, metrics
+from etude.trainer.publish import WeightPublisher
+from etude.trainer.report import Reporter
+from etude.trainer.sft import collect_demonstrations, sft_train
+from etude.trainer.taskset import load_taskset
+from etude.trainer.trainer import PolicyTrainer, StepStats
+
+log = logging.getLogger(__name__)
+
+BatchHook = Callable[[int, list[list[Trajectory]], StepStats], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    redis_url: str
+    inference: tuple[str, ...]
+    environment: str
+    reward: str
+
+
+class TrainingRun:
+    def __init__(
+        self, run_id: str, config: RunConfig, endpoints: Endpoints, settings: EtudeSettings
+    ) -> None:
+        self.run_id = run_id
+        self.config = config
+        self.endpoints = endpoints
+        self.settings = settings
+        self.output_dir = config.output_dir / run_id
+        self.checkpoint_dir = self.output_dir / "checkpoints"
+        self.resources = contextlib.AsyncExitStack()
+        self.resumed = False
+        self.pending_acks: list[WaitedBatch] = []
+        self.totals = {"rollouts": 0, "late": 0, "wait_seconds": 0.0, "rl_seconds": 0.0}
+
+    # -- set-up ------------------------------------------------------------------------
+
+    async def setup(self, resume: bool = False) -> None:
+        config, settings = self.config, self.settings
+        self.tokenizer = policy_tokenizer(config)
+        self.train_tasks, self.eval_tasks = load_taskset(config.tasks)
+        self.model = from_pretrained(config.policy.init, seed=config.policy.seed)
+        if config.trainer.precision == "mxfp8":
+            from etude.kernels.mx_training import set_precision
+
+            set_precision(self.model, "mxfp8")
+        reference = copy.deepcopy(self.model).eval() if config.trainer.loss.kl_coef else None
+        self.trainer = PolicyTrainer(self.model, config.trainer, reference)
+        self.state = checkpoint.TrainerState(step=0, policy_version=0)
+        latest = checkpoint.latest_checkpoint(self.checkpoint_dir) if resume else None
+        if latest is not None:
+            self.state = checkpoint.load(latest, self.model, self.trainer.optimizer)
+            self.resumed = True
+            log.info("resumed from %s (step %d)", latest, self.state.step)
+
+        enter = self.resources.push_async_callback
+        self.redis = aioredis.Redis.from_url(self.endpoints.redis_url, socket_timeout=30)
+        enter(self.redis.aclose)
+        self.registry = RunRegistry(self.redis)
+        environment = GrpcEnvironment(self.endpoints.environment, settings.client)
+        reward = GrpcReward(self.endpoints.reward, settings.client)
+        self.inference = [GrpcInference(a, settings.client) for a in self.endpoints.inference]
+        self.publisher = WeightPublisher(self.inference)
+        for client in (environment, reward):
+            enter(client.close)
+        enter(self.publisher.close)
+        self.runner = EpisodeRunner(
+            environment, reward, self.tokenizer, EpisodeLimits.from_config(config.rollout),
+            RepositoryCache(settings.stack.run_dir / "tasks", PROJECTS_DIR),
+        )  # fmt: skip
+        r = config.rollout
+        self.orchestrator = Orchestrator(
+            run_id=self.run_id,
+            rollouts=rollout_queue(self.redis, self.run_id, "orchestrator", settings.queue),
+            trajectories=trajectory_queue(self.redis, self.run_id, "trainer", settings.queue),
+            tasks=TaskCycle(self.train_tasks, config.tasks.seed),
+            group_size=r.group_size, groups_per_step=r.groups_per_step,
+            over_provision=r.over_provision, max_staleness=r.max_staleness,
+        )  # fmt: skip
+        await self.orchestrator.start()
+        if self.resumed:
+            self.orchestrator.restore(self.state.extra["orchestrator"])
+        self.reporter = Reporter(self.output_dir)
+
+    async def close(self) -> None:
+        await self.resources.aclose()
+
+    # -- phases --------------------------------------------------------------------------
+
+    async def publish(self) -> float:
+        """Send the trainer's weights as a version newer than any endpoint serves."""
+        version = max(self.state.policy_version, await self.publisher.current_version()) + 1
+        seconds = await self.publisher.publish(version, self.model)
+        self.state.policy_version = version
+        return seconds
+
+    async def warm_start(self, on_progress: Callable[[str], None] = lambda _: None) -> dict:
+        """SFT on scripted demonstrations (skipped on resume or when disabled)."""
+        sft = self.config.sft
+        if self.resumed or not sft.enabled or sft.steps == 0:
+            return {}
+        tasks = self.train_tasks[: sft.demonstrations or len(self.train_tasks)]
+        on_progress(f"writing {len(tasks)} demonstrations")
+        demos = await collect_demonstrations(
+            tasks, self.runner, self.tokenizer, run_id=f"{self.run_id}-sft"
+        )
+        on_progress(f"SFT on {len(demos)} demonstrations")
+
+        def log_step(step) -> None:
+            self.reporter.log(step.step, {"loss": step.loss, "tokens": step.tokens}, "sft")
+            on_progress(f"SFT step {step.step}/{sft.steps}: loss {step.loss:.3f}")
+
+        history = await asyncio.to_thread(
+            sft_train, self.model, demos, sft, seed=self.config.policy.seed, on_step=log_step
+        )
+        return {"demonstrations": len(demos), "sft_first_loss": history[0].loss,
+                "sft_final_loss": history[-1].loss}  # fmt: skip
+
+    async def evaluate(self, label: str) -> Evaluation | None:
+        if not self.eval_tasks:
+            return None
+        result = await pass_at_1(
+            self.eval_tasks, self.runner, self.inference[0], self.tokenizer,
+            label=f"{self.run_id}-{label}",
+        )  # fmt: skip
+        self.reporter.log(0, {"pass_at_1": result.pass_at_1, "mean_reward": result.mean_reward},
+                          f"eval_{label}")  # fmt: skip
+        return result
+
+    async def rl(
+        self,
+        stop_requested: Callable[[], Awaitable[bool]],
+        on_step: Callable[[dict[str, float]], None] = lambda _: None,
+        on_batch: BatchHook | None = None,
+    ) -> int:
+        """RL steps until `trainer.steps` (or a stop request); returns the last step."""
+        config, state = self.config.trainer, self.state
+        started = time.perf_counter()
+        await self.orchestrator.schedule(state.policy_version)
+        while state.step < config.steps and not await stop_requested():
+            waited = await self.orchestrator.next_batch(state.policy_version)
+            groups = [g.trajectories for g in waited.batch.groups]
+            stats = await asyncio.to_thread(self.trainer.step, groups)
+            if on_batch is not None:
+                on_batch(state.step + 1, groups, stats)
+            state.step += 1
+            sync_seconds = await self.publish()
+            await self.orchestrator.schedule(state.policy_version)
+            self.pending_acks.append(waited)
+            if state.step % config.checkpoint_every == 0 or state.step == config.steps:
+                await self.checkpoint()
+            values = self._step_values(stats, waited, sync_seconds, time.perf_counter() - started)
+            self.reporter.log(state.step, values)
+            await self.registry.update(
+                self.run_id, step=state.step, policy_version=state.policy_version, metrics=values
+            )
+            on_step(values)
+        self.totals["rl_seconds"] += time.perf_counter() - started
+        return state.step
+
+    async def checkpoint(self) -> Path:
+        self.state.extra = {"orchestrator": self.orchestrator.snapshot(), "totals": self.totals}
+        path = await asyncio.to_thread(
+            checkpoint.save, self.checkpoint_dir, self.model, self.trainer.optimizer, self.state,
+            tokenizer=self.tokenizer, keep=self.config.trainer.keep_checkpoints,
+        )  # fmt: skip
+        for waited in self.pending_acks:  # durable now: their trajectories are done
+            await self.orchestrator.acknowledge(waited)
+        self.pending_acks.clear()
+        return path
+
+    def _step_values(
+        self, stats: StepStats, waited: WaitedBatch, sync_seconds: float, elapsed: float
+    ) -> dict[str, float]:
+        totals = self.totals
+        totals["rollouts"] += stats.sequences
+        totals["wait_seconds"] += waited.waited_seconds
+        totals["late"] = self.orchestrator.collector.late
+        staleness = waited.batch.staleness
+        for versions_behind in staleness:
+            metrics.STALENESS.observe(versions_behind)
+        return {
+            **stats.as_dict(),
+            "step": self.state.step,
+            "policy_version": self.state.policy_version,
+            "tokens_per_second": stats.tokens / max(stats.seconds, 1e-9),
+            "step_seconds": stats.seconds,
+            "weight_sync_seconds": sync_seconds,
+            "wait_seconds": waited.waited_seconds,
+            "staleness_mean": sum(staleness) / max(1, len(staleness)),
+            "staleness_max": float(max(staleness, default=0)),
+            "late_rollouts": float(totals["late"]),
+            "rollouts_total": float(totals["rollouts"]),
+            "rollouts_per_min": totals["rollouts"] / max(elapsed, 1e-9) * 60,
+            "trainer_idle_fraction": totals["wait_seconds"] / max(elapsed, 1e-9),
+        }

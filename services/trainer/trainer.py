@@ -1,0 +1,150 @@
+"""One GRPO step on the policy, plain PyTorch (no queues, no gRPC): groups of trajectories
+in, an optimizer step and its statistics out.
+
+    advantages per group → padded batch → micro-batches: logprobs, loss, backward
+    → clip the gradient norm → AdamW step
+
+Loss per micro-batch = policy loss (decoupled PPO with truncated importance weights, see
+loss.py) + aux_loss_coef · MoE load balancing − entropy_coef · entropy, each weighted by the
+micro-batch's share of the step (tokens for token_mean, sequences otherwise), so the
+accumulated gradient equals one pass over the whole batch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from etude.common.payloads import Trajectory
+from etude.common.run_config import TrainerConfig
+from etude.model.model import Transformer
+from etude.trainer.batch import Batch, collate
+from etude.trainer.loss import LossConfig, group_advantages, policy_loss
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats:
+    loss: float
+    policy_loss: float
+    aux_loss: float
+    entropy: float
+    grad_norm: float
+    clip_fraction: float
+    tis_truncated_fraction: float
+    mismatch_kl: float
+    """k3 KL(behaviour ‖ trainer) over sampled tokens: the train/inference mismatch."""
+    kl: float
+    reward_mean: float
+    reward_std: float
+    pass_rate: float
+    tokens: int
+    """Sampled (trained-on) tokens in the step."""
+    sequences: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+
+def loss_config(config: TrainerConfig) -> LossConfig:
+    c = config.loss
+    return LossConfig(
+        clip_low=c.clip_low, clip_high=c.clip_high, tis_cap=c.tis_cap,
+        aggregation=c.aggregation, kl_coef=c.kl_coef,
+    )  # fmt: skip
+
+
+def build_optimizer(model: Transformer, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+def advantages_of(groups: list[list[Trajectory]], normalize_std: bool) -> torch.Tensor:
+    return torch.cat([
+        group_advantages(torch.tensor([t.reward for t in g]), normalize_std=normalize_std)
+        for g in groups
+    ])  # fmt: skip
+
+
+def _rows(batch: Batch, rows: slice) -> Batch:
+    return Batch(*(getattr(batch, f)[rows] for f in Batch.__dataclass_fields__))
+
+
+def _entropy_and_logprobs(model: Transformer, batch: Batch):
+    out = model(batch.inputs_BT)
+    logprobs_BTV = out.logits.float().log_softmax(-1)
+    token_logprobs = logprobs_BTV.gather(-1, batch.targets_BT.unsqueeze(-1)).squeeze(-1)
+    entropy_BT = -(logprobs_BTV.exp() * logprobs_BTV).sum(-1)
+    return token_logprobs, entropy_BT, out.aux_loss
+
+
+class PolicyTrainer:
+    def __init__(
+        self, model: Transformer, config: TrainerConfig, reference: Transformer | None = None
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.reference = reference
+        self.optimizer = build_optimizer(model, config.lr, config.weight_decay)
+        self.loss_config = loss_config(config)
+
+    def step(self, groups: list[list[Trajectory]]) -> StepStats:
+        started = time.perf_counter()
+        trajectories = [t for g in groups for t in g]
+        advantages_B = advantages_of(groups, self.config.loss.normalize_std)
+        batch = collate(trajectories)
+        B = len(trajectories)
+        total_tokens = float(batch.mask_BT.sum().clamp(min=1))
+        by_tokens = self.config.loss.aggregation == "token_mean"
+        sums = dict.fromkeys(("loss", "policy", "aux", "entropy", "clip", "tis", "mm", "kl"), 0.0)
+        self.model.train()
+        for start in range(0, B, self.config.micro_batch):
+            rows = slice(start, min(B, start + self.config.micro_batch))
+            micro = _rows(batch, rows)
+            tokens = float(micro.mask_BT.sum())
+            weight = tokens / total_tokens if by_tokens else (rows.stop - rows.start) / B
+            if tokens == 0 and by_tokens:
+                continue
+            logprobs, entropy_BT, aux = _entropy_and_logprobs(self.model, micro)
+            reference = self._reference_logprobs(micro)
+            loss_config = self.loss_config
+            if loss_config.aggregation == "dr_grpo":  # one constant for the whole step
+                loss_config = LossConfig(**{**asdict(loss_config), "max_tokens": batch.mask_BT.shape[1]})
+            policy, stats = policy_loss(
+                logprobs, micro.behaviour_logprobs_BT, advantages_B[rows], micro.mask_BT,
+                loss_config, reference_logprobs_BT=reference,
+            )  # fmt: skip
+            entropy = (entropy_BT * micro.mask_BT).sum() / max(tokens, 1.0)
+            aux = aux if aux is not None else torch.zeros(())
+            total = policy + self.config.loss.aux_loss_coef * aux
+            total = total - self.config.loss.entropy_coef * entropy
+            (total * weight).backward()
+            token_share = tokens / total_tokens
+            for key, value in (
+                ("loss", float(total) * weight), ("policy", float(policy) * weight),
+                ("aux", float(aux) * weight), ("entropy", float(entropy) * token_share),
+                ("clip", stats.clip_fraction * token_share),
+                ("tis", stats.tis_truncated_fraction * token_share),
+                ("mm", stats.mismatch_kl * token_share), ("kl", stats.kl * token_share),
+            ):  # fmt: skip
+                sums[key] += value
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        rewards = batch.rewards_B
+        return StepStats(
+            loss=sums["loss"], policy_loss=sums["policy"], aux_loss=sums["aux"],
+            entropy=sums["entropy"], grad_norm=float(grad_norm), clip_fraction=sums["clip"],
+            tis_truncated_fraction=sums["tis"], mismatch_kl=sums["mm"], kl=sums["kl"],
+            reward_mean=float(rewards.mean()), reward_std=float(rewards.std(unbiased=False)),
+            pass_rate=float((rewards >= 1.0).float().mean()), tokens=int(batch.mask_BT.sum()),
+            sequences=B, seconds=time.perf_counter() - started,
+        )  # fmt: skip
+
+    @torch.no_grad()
+    def _reference_logprobs(self, micro: Batch) -> torch.Tensor | None:
+        if self.reference is None or not self.config.loss.kl_coef:
+            return None
+        logprobs = self.reference(micro.inputs_BT).logits.float().log_softmax(-1)
+        return logprobs.gather(-1, micro.targets_BT.unsqueeze(-1)).squeeze(-1)
