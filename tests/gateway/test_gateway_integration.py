@@ -1,0 +1,105 @@
+"""`python -m etude.gateway` as a real process beside a real redis-server, started the way
+`etude up` starts services: a run goes through HTTP and through `etude runs`, and a Redis
+that dies turns Redis-backed answers into 503, never 500."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+from typer.testing import CliRunner
+
+from etude.cli.runs import app as runs_app
+from etude.cli.stack import LocalStack, ServiceSpec
+from etude.common.net import free_port
+from etude.common.settings import EtudeSettings, StackSettings
+
+pytestmark = pytest.mark.integration
+
+
+def call(method: str, url: str, body: dict | None = None) -> tuple[int, dict | list]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.fixture
+def stack(tmp_path, monkeypatch):
+    # Runs are only recorded: `etude train` is not what this test is about.
+    monkeypatch.setenv("ETUDE_GATEWAY__LAUNCHER", "none")
+    monkeypatch.setenv("ETUDE_GATEWAY__REDIS_TIMEOUT_SECONDS", "1")
+    settings = EtudeSettings(stack=StackSettings(run_dir=tmp_path, ready_timeout_seconds=60))
+    gateway = ServiceSpec("gateway", (sys.executable, "-m", "etude.gateway"), http=True)
+    stack = LocalStack(settings, (gateway,))
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def test_runs_over_http_and_a_dead_redis_gives_503(stack):
+    component = next(c for c in stack.state.components if c.name == "gateway")
+    url = component.http_url
+    assert call("GET", f"{url}/health") == (200, {"status": "ok"})
+
+    status, run = call("POST", f"{url}/runs", {"config": {"name": "live"}, "run_id": "live-1"})
+    assert (status, run["status"]) == (201, "queued")
+    assert call("GET", f"{url}/runs/live-1")[1] == run
+    assert call("GET", f"{url}/runs/missing") == (404, {"detail": "no run 'missing'"})
+    status, stopped = call("POST", f"{url}/runs/live-1/stop")
+    assert (status, stopped["status"], stopped["stop_requested"]) == (202, "stopping", True)
+    with urllib.request.urlopen(f"{url}/openapi.json", timeout=10) as reply:
+        assert "/runs/{run_id}/stop" in json.loads(reply.read())["paths"]
+    with urllib.request.urlopen(component.metrics_url, timeout=10) as reply:
+        assert 'etude_gateway_requests_total{method="POST",route="/runs",status="201"}' in (
+            reply.read().decode()
+        )
+
+    stack.redis.kill()
+    for path in ("/health", "/runs", "/runs/live-1"):
+        status, body = call("GET", f"{url}{path}")
+        assert status == 503 and body["detail"].startswith("redis unavailable"), path
+    assert call("POST", f"{url}/runs", {"run_id": "after"})[0] == 503
+
+
+def test_etude_runs_finds_the_stacks_gateway(stack, tmp_path):
+    runner = CliRunner()
+    where = ["--run-dir", str(tmp_path)]
+    config = tmp_path / "run.yaml"
+    config.write_text("name: cli\ntrainer:\n  steps: 2\n")
+
+    started = runner.invoke(runs_app, ["start", str(config), "--set", "trainer.steps=3",
+                                       "--run-id", "cli-1", "--json", *where])  # fmt: skip
+    assert started.exit_code == 0, started.output
+    assert json.loads(started.stdout)["config"]["trainer"]["steps"] == 3
+
+    listed = runner.invoke(runs_app, ["list", "--json", *where])
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == ["cli-1"]
+    for command, expected in ((["list"], "cli-1"), (["show", "cli-1"], "0 of 3"),
+                              (["tasksets"], "etude-mini")):  # fmt: skip
+        shown = runner.invoke(runs_app, [*command, *where])
+        assert shown.exit_code == 0 and expected in shown.stdout, shown.output
+    stopped = runner.invoke(runs_app, ["stop", "cli-1", "--json", *where])
+    assert json.loads(stopped.stdout)["status"] == "stopping"
+
+    missing = runner.invoke(runs_app, ["show", "nope", *where])
+    assert missing.exit_code == 1 and "404 no run 'nope'" in missing.output
+    invalid = runner.invoke(runs_app, ["start", str(config), "--set", "trainer.stepz=1", *where])
+    assert invalid.exit_code == 2 and "trainer.stepz" in invalid.output
+
+
+def test_etude_runs_says_when_no_gateway_answers(tmp_path):
+    runner = CliRunner()
+    nobody = runner.invoke(runs_app, ["list", "--gateway", f"http://127.0.0.1:{free_port()}"])
+    assert nobody.exit_code == 1 and "no gateway reachable" in nobody.output
+    no_stack = runner.invoke(runs_app, ["tasksets", "--run-dir", str(tmp_path)])
+    assert no_stack.exit_code == 1 and "no gateway" in no_stack.output

@@ -1,0 +1,169 @@
+"""The RL loop through real services: a redis-server, the inference, environment and reward
+services and rollout workers as processes on loopback, the trainer in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from etude.cli.stack import LocalStack, ServiceSpec
+from etude.cli.status import read_status
+from etude.common.run_config import RunConfig, parse_run_config
+from etude.common.runs import RunRegistry
+from etude.common.settings import EtudeSettings, QueueSettings, StackSettings
+from etude.inference.client import GrpcInference
+from etude.model.checkpoint import from_pretrained
+from etude.rollout.orchestrator import Orchestrator, TaskCycle
+from etude.rollout.streams import rollout_queue, rollout_stream, trajectory_queue
+from etude.trainer import checkpoint
+from etude.trainer.run import Endpoints, TrainingRun
+from etude.trainer.taskset import load_taskset
+from etude.trainer.trainer import PolicyTrainer
+
+pytestmark = pytest.mark.integration
+
+# Short episodes: the loop, not the policy's skill, is under test.
+LOOP_CONFIG = {
+    "name": "loop",
+    "tasks": {"train_limit": 2, "eval_limit": 0},
+    "sft": {"enabled": False},
+    "rollout": {"group_size": 2, "groups_per_step": 2, "over_provision": 0, "max_turns": 2,
+                "max_new_tokens": 32, "max_episode_tokens": 1800, "concurrency": 4},
+    "trainer": {"steps": 2, "lr": 1e-4, "micro_batch": 2, "keep_checkpoints": 3},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    run_dir = tmp_path_factory.mktemp("rl-stack")
+    settings = EtudeSettings(stack=StackSettings(run_dir=run_dir, ready_timeout_seconds=60))
+    services = tuple(ServiceSpec.module(n) for n in ("inference", "environment", "reward"))
+    local = LocalStack(settings, services)
+    local.start()
+    yield local
+    local.stop()
+
+
+def endpoints(stack: LocalStack) -> Endpoints:
+    status = read_status(stack.run_dir)
+    address = {c.name: c.address for c in status.components}
+    return Endpoints(status.redis_url, (address["inference"],), address["environment"],
+                     address["reward"])  # fmt: skip
+
+
+def worker_spec(name: str, run_id: str, **env: str) -> ServiceSpec:
+    extra = {"ETUDE_ROLLOUT__RUN_ID": run_id, "ETUDE_ROLLOUT__CONSUMER": name, **env}
+    return ServiceSpec(name, (sys.executable, "-m", "etude.rollout"), env=tuple(extra.items()))
+
+
+async def register(redis_url: str, config: RunConfig) -> str:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        return (await RunRegistry(client).create(config)).run_id
+    finally:
+        await client.aclose()
+
+
+async def test_two_tasks_two_rollouts_two_steps_and_an_exact_resume(stack, tmp_path):
+    config = parse_run_config({**LOOP_CONFIG, "output_dir": str(tmp_path)})
+    where = endpoints(stack)
+    run_id = await register(where.redis_url, config)
+    run = TrainingRun(run_id, config, where, stack.settings)
+    await run.setup()
+    await run.publish()
+    start_version = run.state.policy_version
+    stack.add_service(worker_spec("rollout-loop", run_id))
+    batches = {}
+    try:
+        steps = await run.rl(
+            stop_requested=_never,
+            on_batch=lambda step, groups, stats: batches.__setitem__(step, (groups, stats)),
+        )
+    finally:
+        stack.stop_service("rollout-loop")
+    assert steps == 2
+    for groups, stats in batches.values():
+        assert sorted(len(g) for g in groups) == [2, 2]  # G = 2 rollouts of each of 2 tasks
+        assert {t.task_id for g in groups for t in g} <= {t.id for t in run.train_tasks}
+        assert stats.tokens > 0 and stats.mismatch_kl < 1e-3  # trainer ≈ sampler numerics
+        for t in (t for g in groups for t in g):
+            assert len(t.token_ids) == len(t.logprobs) == len(t.policy_versions) == len(t.loss_mask)
+            assert t.turns >= 1 and t.finish_reason
+    inference = GrpcInference(where.inference[0])
+    try:
+        assert (await inference.get_policy()).version == start_version + 2
+    finally:
+        await inference.close()
+    history = run.reporter.history()
+    assert [r["step"] for r in history] == [1, 2]
+    assert history[-1]["policy_version"] == start_version + 2
+    await run.close()
+
+    # Resume from step 1: the same step-2 batch gives the identical loss.
+    model = from_pretrained(config.policy.init, seed=config.policy.seed)
+    resumed = PolicyTrainer(model, config.trainer)
+    state = checkpoint.load(checkpoint.step_dir(run.checkpoint_dir, 1), model, resumed.optimizer)
+    assert state.step == 1 and "orchestrator" in state.extra
+    groups, stats = batches[2]
+    again = resumed.step(groups)
+    assert again.loss == stats.loss and again.grad_norm == stats.grad_norm
+
+
+async def _never() -> bool:
+    return False
+
+
+async def test_a_killed_worker_s_rollout_is_completed_by_another_and_trained_on_once(stack, tmp_path):
+    config = parse_run_config({
+        **LOOP_CONFIG, "output_dir": str(tmp_path),
+        "rollout": {**LOOP_CONFIG["rollout"], "group_size": 1, "groups_per_step": 1,
+                    "max_turns": 3, "max_new_tokens": 160},
+    })  # fmt: skip
+    where = endpoints(stack)
+    run_id = await register(where.redis_url, config)
+    client = aioredis.Redis.from_url(where.redis_url)
+    fast = QueueSettings(claim_idle_seconds=3.0)
+    train, _ = load_taskset(config.tasks)
+    orchestrator = Orchestrator(
+        run_id=run_id, rollouts=rollout_queue(client, run_id, "orchestrator", fast),
+        trajectories=trajectory_queue(client, run_id, "trainer", fast),
+        tasks=TaskCycle(train, 0), group_size=1, groups_per_step=1, over_provision=0,
+        max_staleness=1,
+    )  # fmt: skip
+    await orchestrator.start()
+    env = {"ETUDE_QUEUE__CLAIM_IDLE_SECONDS": "3", "ETUDE_ROLLOUT__HEARTBEAT_SECONDS": "0.5"}
+    try:
+        await orchestrator.schedule(trainer_version=0)
+        doomed = stack.add_service(worker_spec("rollout-doomed", run_id, **env))
+        stream = rollout_stream(run_id)
+        deadline = time.monotonic() + 30
+        while not await client.xpending_range(stream, "rollout", "-", "+", 1):
+            assert time.monotonic() < deadline, "the worker never took the rollout"
+            await asyncio.sleep(0.05)
+        [held] = await client.xpending_range(stream, "rollout", "-", "+", 1)
+        assert held["consumer"] == b"rollout-doomed"
+        os.kill(doomed.pid, signal.SIGKILL)  # mid-rollout: no trajectory was written
+        stack.stop_service("rollout-doomed")
+        assert await client.xlen(f"etude:{run_id}:trajectories") == 0
+        stack.add_service(worker_spec("rollout-survivor", run_id, **env))
+        waited = await asyncio.wait_for(orchestrator.next_batch(trainer_version=0), timeout=120)
+        [group] = waited.batch.groups
+        [trajectory] = group.trajectories
+        assert trajectory.sample_index == 0 and trajectory.turns >= 1
+        await orchestrator.acknowledge(waited)
+        # Exactly once: nothing else arrives and both streams are empty.
+        assert await orchestrator.trajectories.get(count=10, block_ms=1500) == []
+        assert await client.xlen(f"etude:{run_id}:trajectories") == 0
+        assert await client.xlen(stream) == 0
+        assert (await client.xpending(stream, "rollout"))["pending"] == 0
+    finally:
+        stack.stop_service("rollout-survivor")
+        await client.aclose()
