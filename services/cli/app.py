@@ -24,10 +24,10 @@ from rich.console import Console
 from rich.table import Table
 
 from etude.cli.model import app as model_app
+from etude.cli.runs import app as runs_app
 from etude.cli.search import app as search_app
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
 from etude.cli.status import StackStatus, read_status
-from etude.cli.runs import app as runs_app
 from etude.cli.tasks import app as tasks_app
 from etude.cli.train import sft, train
 from etude.common.logging import configure_logging

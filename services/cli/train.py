@@ -63,8 +63,12 @@ def _settings(run_dir: Path | None) -> EtudeSettings:
 def train(
     config: ConfigArgument = None,
     overrides: SetOption = None,
-    run_id: Annotated[str | None, typer.Option("--run-id", help="Use (or resume) this run id.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint.")] = False,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="Use (or resume) this run id.")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue from the newest checkpoint.")
+    ] = False,
     ray: Annotated[bool, typer.Option("--ray", help="Trainer and workers as Ray actors.")] = False,
     run_dir: RunDirOption = None,
 ) -> None:
@@ -148,7 +152,9 @@ class _Driver:
         trainer = self._trainer()
         try:
             summary: dict[str, Any] = {"run_id": self.run_id}
-            resumed = await trainer.setup.remote(resume) if self.ray else await trainer.setup(resume)
+            resumed = (
+                await trainer.setup.remote(resume) if self.ray else await trainer.setup(resume)
+            )
             call = (lambda m, *a: getattr(trainer, m).remote(*a)) if self.ray else (
                 lambda m, *a: getattr(trainer, m)(*a))  # fmt: skip
             with console.status("Warm start (SFT on scripted demonstrations)…"):
@@ -174,7 +180,9 @@ class _Driver:
             self._print_summary(summary, output_dir)
             return 0
         except Exception as error:
-            await registry.update(self.run_id, status="failed", error=f"{type(error).__name__}: {error}")
+            await registry.update(
+                self.run_id, status="failed", error=f"{type(error).__name__}: {error}"
+            )
             raise
         finally:
             await self._stop_workers()
@@ -217,7 +225,10 @@ class _Driver:
                 self.workers.append((handle, handle.run.remote()))
             return
         for i in range(count):
-            env = (("ETUDE_ROLLOUT__RUN_ID", self.run_id), ("ETUDE_ROLLOUT__CONSUMER", f"worker-{i}"))
+            env = (
+                ("ETUDE_ROLLOUT__RUN_ID", self.run_id),
+                ("ETUDE_ROLLOUT__CONSUMER", f"worker-{i}"),
+            )
             spec = ServiceSpec(f"rollout-{i}", (sys.executable, "-m", "etude.rollout"), env=env)
             await asyncio.to_thread(self.stack.add_service, spec)
             self.workers.append(spec.name)
@@ -234,8 +245,10 @@ class _Driver:
 
     async def _with_progress(self, rl, registry: RunRegistry) -> int:
         total = self.run.trainer.steps
-        columns = (TextColumn("[bold]RL[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                   TextColumn("{task.description}"), TimeElapsedColumn())  # fmt: skip
+        columns = (
+            TextColumn("[bold]RL[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.description}"), TimeElapsedColumn(),
+        )  # fmt: skip
         with Progress(*columns, console=console) as progress:
             bar = progress.add_task("waiting for the first groups…", total=total)
             running = asyncio.ensure_future(rl)
@@ -255,13 +268,17 @@ class _Driver:
         table.add_column("")
         table.add_column("value")
         before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
+        sft_loss = _pair(summary.get("sft_first_loss"), summary.get("sft_final_loss"))
         rows = [
             ("RL steps", summary.get("steps")),
             ("demonstrations (SFT)", summary.get("demonstrations")),
-            ("SFT loss first → last", _pair(summary.get("sft_first_loss"), summary.get("sft_final_loss"))),
-            ("held-out pass@1 before → after", _pair(before.get("pass_at_1"), after.get("pass_at_1"))),
+            ("SFT loss first → last", sft_loss),
+            (
+                "held-out pass@1 before → after",
+                _pair(before.get("pass_at_1"), after.get("pass_at_1")),
+            ),
             ("output", str(output_dir)),
-        ]  # fmt: skip
+        ]
         for name, value in rows:
             table.add_row(name, "—" if value is None else str(value))
         Console().print(table)

@@ -389,7 +389,9 @@ class WorkQueue:
         if not entry_ids:
             return 0
         with self._redis_errors():
-            return int(await self._touch_script([self.stream], [self.group, self.consumer, *entry_ids]))
+            return int(
+                await self._touch_script([self.stream], [self.group, self.consumer, *entry_ids])
+            )
 
     async def fail(self, entry_id: str, reason: str) -> None:
         """Give an entry back for a retry now, or dead-letter it on its last delivery.

@@ -160,5 +160,7 @@ def load_run_config(path: Path | None, overrides: list[str] = ()) -> RunConfig:
         except (OSError, yaml.YAMLError) as error:
             raise RunConfigError(f"cannot read {path}: {error}") from None
         if not isinstance(document, dict):
-            raise RunConfigError(f"{path}: a run config is a mapping, not {type(document).__name__}")
+            raise RunConfigError(
+                f"{path}: a run config is a mapping, not {type(document).__name__}"
+            )
     return parse_run_config(apply_overrides(document, list(overrides)))

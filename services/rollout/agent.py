@@ -22,8 +22,13 @@ from typing import Protocol
 
 from etude.common.payloads import RolloutRequest, Trajectory
 from etude.common.run_config import RolloutConfig
-from etude.common.toolcalls import ToolResult, parse_tool_calls, render_parse_errors
-from etude.common.toolcalls import render_tool_results, tools_by_name
+from etude.common.toolcalls import (
+    ToolResult,
+    parse_tool_calls,
+    render_parse_errors,
+    render_tool_results,
+    tools_by_name,
+)
 from etude.environment.batch import ExecutedCall
 from etude.environment.client import EnvironmentClient
 from etude.environment.tools import tool_specs
@@ -116,7 +121,9 @@ class EpisodeRunner:
         metrics.record_episode(reason, score.reward, len(builder.calls_per_turn))
         return builder.finish(score.reward, score.components, reason)
 
-    async def _turns(self, session_id: str, builder: TrajectoryBuilder, sampler: TurnSampler) -> str:
+    async def _turns(
+        self, session_id: str, builder: TrajectoryBuilder, sampler: TurnSampler
+    ) -> str:
         limits = self.limits
         results: list[ExecutedCall] | None = None
         for _ in range(limits.max_turns):
@@ -133,7 +140,9 @@ class EpisodeRunner:
             if not parsed.calls and not parsed.errors:
                 builder.end_turn([], time.perf_counter() - started)
                 return "no_tool_call"
-            results = await self.environment.execute(session_id, parsed.calls) if parsed.calls else []
+            results = (
+                await self.environment.execute(session_id, parsed.calls) if parsed.calls else []
+            )
             builder.end_turn([c.name for c in parsed.calls], time.perf_counter() - started)
             metrics.record_tool_calls(results)
             if any(r.ends_episode for r in results):
@@ -141,7 +150,10 @@ class EpisodeRunner:
             closed = bool(turn.token_ids) and turn.token_ids[-1] == self.end_of_turn_id
             text = self._observation_text(results, parsed.errors)
             observed = self.tokenizer.encode(observation(text, turn_closed=closed))
-            if len(builder.token_ids) + len(observed) + _MIN_TURN_TOKENS > limits.max_episode_tokens:
+            if (
+                len(builder.token_ids) + len(observed) + _MIN_TURN_TOKENS
+                > limits.max_episode_tokens
+            ):
                 return "max_tokens"
             builder.add_context(observed)
         return "max_turns"
@@ -149,10 +161,18 @@ class EpisodeRunner:
     def _observation_text(self, results: list[ExecutedCall], errors) -> str:
         cap = self.limits.max_tool_output_chars
         shown = [
-            ToolResult(r.call_id, r.name, _cut(r.output, cap), r.exit_code, r.truncated or len(r.output) > cap)
+            ToolResult(
+                r.call_id,
+                r.name,
+                _cut(r.output, cap),
+                r.exit_code,
+                r.truncated or len(r.output) > cap,
+            )
             for r in results
         ]
-        return "\n".join(part for part in (render_tool_results(shown), render_parse_errors(errors)) if part)
+        return "\n".join(
+            part for part in (render_tool_results(shown), render_parse_errors(errors)) if part
+        )
 
 
 def _cut(output: str, cap: int) -> str:

@@ -138,4 +138,3 @@ class Orchestrator:
         self.collector.restore(snapshot["groups"])
         self.next_group = snapshot["next_group"]
         self.tasks.cursor = snapshot["task_cursor"]
-

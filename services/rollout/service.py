@@ -66,7 +66,9 @@ async def build_worker(
     for client_ in (inference, environment, reward):
         resources.push_async_callback(client_.close)
     tokenizer = policy_tokenizer(run)
-    cache = RepositoryCache(config.cache_dir or settings.stack.run_dir / "tasks", config.projects_dir)
+    cache = RepositoryCache(
+        config.cache_dir or settings.stack.run_dir / "tasks", config.projects_dir
+    )
     runner = EpisodeRunner(
         environment, reward, tokenizer, EpisodeLimits.from_config(run.rollout), cache
     )

@@ -14,6 +14,7 @@ and the episodes in flight finish.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -91,14 +92,13 @@ class RolloutWorker:
             await self.rollouts.ack(delivery.entry_id)
             self.completed += 1
             metrics.ROLLOUT_SECONDS.observe(time.perf_counter() - started)
-        except Exception as error:  # noqa: BLE001 — every failure gives the entry back
+        except Exception as error:
             kind = type(error).__name__
             metrics.FAILURES.labels(kind).inc()
             log.warning("rollout %s failed (%s: %s)", rollout_key(request), kind, error)
-            try:
+            # If Redis is down the entry stays pending and is reclaimed once it is back.
+            with contextlib.suppress(QueueUnavailableError):
                 await self.rollouts.fail(delivery.entry_id, f"{kind}: {error}")
-            except QueueUnavailableError:
-                pass  # still pending: reclaimed once Redis is back
         finally:
             heartbeat.cancel()
             metrics.IN_FLIGHT.dec()

@@ -57,10 +57,11 @@ def _export(values: dict[str, float]) -> None:
     for key, gauge in gauges.items():
         if key in values:
             gauge.set(values[key])
-    for key, histogram in (
-        ("step_seconds", metrics.STEP_SECONDS), ("weight_sync_seconds", metrics.WEIGHT_SYNC_SECONDS),
-        ("wait_seconds", metrics.WAIT_SECONDS),
-    ):  # fmt: skip
+    histograms = {
+        "step_seconds": metrics.STEP_SECONDS, "weight_sync_seconds": metrics.WEIGHT_SYNC_SECONDS,
+        "wait_seconds": metrics.WAIT_SECONDS,
+    }  # fmt: skip
+    for key, histogram in histograms.items():
         if key in values:
             histogram.observe(values[key])
 

@@ -103,7 +103,7 @@ def sft_train(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        result = SftStep(step, float(loss), tokens)
+        result = SftStep(step, loss.item(), tokens)
         history.append(result)
         if on_step is not None:
             on_step(result)

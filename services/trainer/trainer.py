@@ -110,7 +110,9 @@ class PolicyTrainer:
             reference = self._reference_logprobs(micro)
             loss_config = self.loss_config
             if loss_config.aggregation == "dr_grpo":  # one constant for the whole step
-                loss_config = LossConfig(**{**asdict(loss_config), "max_tokens": batch.mask_BT.shape[1]})
+                loss_config = LossConfig(
+                    **{**asdict(loss_config), "max_tokens": batch.mask_BT.shape[1]}
+                )
             policy, stats = policy_loss(
                 logprobs, micro.behaviour_logprobs_BT, advantages_B[rows], micro.mask_BT,
                 loss_config, reference_logprobs_BT=reference,
@@ -122,8 +124,8 @@ class PolicyTrainer:
             (total * weight).backward()
             token_share = tokens / total_tokens
             for key, value in (
-                ("loss", float(total) * weight), ("policy", float(policy) * weight),
-                ("aux", float(aux) * weight), ("entropy", float(entropy) * token_share),
+                ("loss", total.item() * weight), ("policy", policy.item() * weight),
+                ("aux", aux.item() * weight), ("entropy", entropy.item() * token_share),
                 ("clip", stats.clip_fraction * token_share),
                 ("tis", stats.tis_truncated_fraction * token_share),
                 ("mm", stats.mismatch_kl * token_share), ("kl", stats.kl * token_share),

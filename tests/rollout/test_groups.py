@@ -55,3 +55,21 @@ def test_staleness_bound_at_start():
     assert may_start(policy_version=5, trainer_version=6, max_staleness=1)
     assert not may_start(policy_version=4, trainer_version=6, max_staleness=1)
     assert oldest_version(_trajectory("a", 0, versions=(7, 5))) == 5
+
+
+def test_a_redelivered_rollout_is_counted_once_and_a_restored_collector_never_reuses_a_group():
+    collector = GroupCollector(groups_per_step=1)
+    collector.expect("a", size=2)
+    collector.expect("b", size=2)
+    assert collector.add(_trajectory("a", 0))
+    assert not collector.add(_trajectory("a", 0))  # the same rollout delivered again
+    assert collector.duplicates == 1
+    collector.add(_trajectory("a", 1))
+    assert [g.group_id for g in collector.take(trainer_version=3).groups] == ["a"]
+    resumed = GroupCollector(groups_per_step=1)
+    resumed.restore(collector.snapshot())
+    assert resumed.open_groups == 1
+    assert not resumed.add(_trajectory("a", 1))  # trained on before the restart
+    resumed.add(_trajectory("b", 0))
+    resumed.add(_trajectory("b", 1))
+    assert [g.group_id for g in resumed.take(trainer_version=3).groups] == ["b"]

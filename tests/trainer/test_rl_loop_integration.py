@@ -9,7 +9,6 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -121,7 +120,9 @@ async def _never() -> bool:
     return False
 
 
-async def test_a_killed_worker_s_rollout_is_completed_by_another_and_trained_on_once(stack, tmp_path):
+async def test_a_killed_worker_s_rollout_is_completed_by_another_and_trained_on_once(
+    stack, tmp_path
+):
     config = parse_run_config({
         **LOOP_CONFIG, "output_dir": str(tmp_path),
         "rollout": {**LOOP_CONFIG["rollout"], "group_size": 1, "groups_per_step": 1,

@@ -1,0 +1,36 @@
+"""Run configs: YAML plus dotted overrides, and clear errors for bad keys and values."""
+
+from __future__ import annotations
+
+import pytest
+
+from etude.common.run_config import RunConfigError, load_run_config
+
+
+def test_overrides_apply_on_top_of_the_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("name: demo\nrollout:\n  group_size: 4\ntrainer:\n  steps: 9\n")
+    config = load_run_config(path, ["rollout.group_size=2", "trainer.loss.tis_cap=null"])
+    assert (config.name, config.rollout.group_size, config.trainer.steps) == ("demo", 2, 9)
+    assert config.trainer.loss.tis_cap is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["rollout.group_sise=2"], "rollout.group_sise: Extra inputs are not permitted"),
+        (["trainer.precision=fp4"], "trainer.precision"),
+        (["rollout.group_size=0"], "rollout.group_size"),
+        (["steps"], "is not section.key=value"),
+    ],
+)
+def test_a_typo_or_a_bad_value_is_an_error_naming_the_key(overrides, message):
+    with pytest.raises(RunConfigError, match=message):
+        load_run_config(None, overrides)
+
+
+def test_the_bundled_local_config_is_valid():
+    from pathlib import Path
+
+    config = load_run_config(Path(__file__).parents[2] / "configs" / "local-tiny.yaml")
+    assert config.policy.init == "tiny" and config.sft.enabled
