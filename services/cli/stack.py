@@ -89,6 +89,24 @@ class LocalStack:
         self.processes: dict[str, Popen[bytes]] = {}
         self.addresses: dict[str, str] = {}
         self.state: StackState | None = None
+        self.attached = False
+        """True when this object joined a stack another `etude` process supervises: it
+        starts and stops only its own extra processes, never the stack or its state file."""
+
+    def attach(self) -> StackState:
+        """Join the stack already running in the run directory (`etude up` elsewhere)."""
+        self.state = StackState.read(self.state_path)
+        self.attached = True
+        for c in self.state.components:
+            if c.kind == "grpc":
+                self.addresses[f"ETUDE_SERVICES__{c.name.upper()}"] = c.address
+        return self.state
+
+    @property
+    def redis_url(self) -> str:
+        if self.redis is not None:
+            return self.redis.url
+        return self.state.redis_url if self.state is not None else ""
 
     @property
     def state_path(self) -> Path:
@@ -132,14 +150,15 @@ class LocalStack:
         """Start one more process beside the running stack (a rollout worker of a run)."""
         assert self.state is not None, "start the stack first"
         component = self._start_service(spec)
-        self.state.components.append(component)
-        self.state.write(self.state_path)
+        if not self.attached:
+            self.state.components.append(component)
+            self.state.write(self.state_path)
         return component
 
     def stop_service(self, name: str) -> int | None:
         """SIGTERM one process, wait for it to finish its work, and forget it."""
         proc = self.processes.pop(name, None)
-        if self.state is not None:
+        if self.state is not None and not self.attached:
             self.state.components = [c for c in self.state.components if c.name != name]
             self.state.write(self.state_path)
         return None if proc is None else terminate(proc, self.settings.stack.stop_timeout_seconds)
@@ -155,7 +174,7 @@ class LocalStack:
                 "ETUDE_GRPC__HOST": host,
                 "ETUDE_GRPC__PORT": str(port),
                 "ETUDE_GRPC__METRICS_PORT": str(metrics_port),
-                "ETUDE_REDIS__URL": self.redis.url if self.redis else "",
+                "ETUDE_REDIS__URL": self.redis_url,
                 "ETUDE_STACK__RUN_DIR": str(self.run_dir),
                 **self.addresses,
                 **http,
@@ -203,6 +222,10 @@ class LocalStack:
         if self.redis is not None:
             self.redis.stop(timeout)
             self.redis = None
-        if self.state is not None and self.state.supervisor_pid == os.getpid():
+        if (
+            self.state is not None
+            and self.state.supervisor_pid == os.getpid()
+            and not self.attached
+        ):
             self.state_path.unlink(missing_ok=True)
         self.state = None

@@ -102,16 +102,17 @@ def _run_with_stack(
 ) -> None:  # fmt: skip
     configure_logging(settings.log)
     existing = read_status(settings.stack.run_dir.resolve())
-    if existing is not None and existing.supervisor_alive:
-        console.print(f"[red]A stack is already running in {existing.run_dir}.[/] Pass --run-dir.")
-        raise typer.Exit(1)
     stack = LocalStack(settings, tuple(ServiceSpec.module(n) for n in LOCAL_SERVICES))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_stop)
     code = 0
     try:
-        with console.status("Starting the local stack…"):
-            state = stack.start()
+        if existing is not None and existing.supervisor_alive:  # `etude up` runs: join it
+            state = stack.attach()
+            console.print(f"Using the stack running in {state.run_dir}.")
+        else:
+            with console.status("Starting the local stack…"):
+                state = stack.start()
         driver = _Driver(run, run_id, settings, stack, state.redis_url, ray=ray)
         code = asyncio.run(driver.main(resume=resume, sft_only=sft_only, out=out))
     except _Stop as stop:
@@ -187,6 +188,10 @@ class _Driver:
         finally:
             await self._stop_workers()
             await client.aclose()
+            if self.ray:
+                import ray
+
+                ray.shutdown()
 
     async def _record(self, registry: RunRegistry):
         if self.run_id:
@@ -229,7 +234,8 @@ class _Driver:
                 ("ETUDE_ROLLOUT__RUN_ID", self.run_id),
                 ("ETUDE_ROLLOUT__CONSUMER", f"worker-{i}"),
             )
-            spec = ServiceSpec(f"rollout-{i}", (sys.executable, "-m", "etude.rollout"), env=env)
+            name = f"rollout-{self.run_id}-{i}"  # several runs may share one stack
+            spec = ServiceSpec(name, (sys.executable, "-m", "etude.rollout"), env=env)
             await asyncio.to_thread(self.stack.add_service, spec)
             self.workers.append(spec.name)
 
