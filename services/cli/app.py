@@ -12,7 +12,6 @@ etude version
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 from importlib.metadata import version as package_version
@@ -26,6 +25,7 @@ from rich.table import Table
 from etude.cli.model import app as model_app
 from etude.cli.runs import app as runs_app
 from etude.cli.search import app as search_app
+from etude.cli.signals import StopRequested, stop_on_signals
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
 from etude.cli.status import StackStatus, read_status
 from etude.cli.tasks import app as tasks_app
@@ -61,14 +61,6 @@ def _settings(run_dir: Path | None) -> EtudeSettings:
     return settings
 
 
-class _StopRequested(Exception):
-    pass
-
-
-def _raise_stop(signum: int, _frame: object) -> None:
-    raise _StopRequested(signal.Signals(signum).name)
-
-
 @app.command()
 def up(
     run_dir: RunDirOption = None,
@@ -89,19 +81,16 @@ def up(
 
     stack = LocalStack(settings, tuple(ServiceSpec.module(n) for n in LOCAL_SERVICES))
     # A signal at any point, even during start-up, unwinds through `stack.stop()`.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _raise_stop)
     try:
-        exit_code = _run_stack(stack, settings, smoke)
-    except _StopRequested as stop:
+        with stop_on_signals():
+            exit_code = _run_stack(stack, settings, smoke)
+    except StopRequested as stop:
         console.print(f"{stop.args[0]}: stopping…")
         exit_code = 0
     except StackError as error:
         console.print(f"[red]{error}[/]")
         exit_code = 1
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)  # let the shutdown finish
         stack.stop()
         console.print("Stopped.")
     raise typer.Exit(exit_code)

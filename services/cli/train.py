@@ -12,7 +12,6 @@ each worker is a `python -m etude.rollout` process.
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from etude.cli.signals import StopRequested, stop_on_signals
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
 from etude.cli.status import read_status
 from etude.common.logging import configure_logging
@@ -88,14 +88,6 @@ def sft(
     _run_with_stack(run, None, _settings(run_dir), resume=False, ray=False, sft_only=True, out=out)
 
 
-class _Stop(Exception):
-    pass
-
-
-def _raise_stop(signum: int, _frame: object) -> None:
-    raise _Stop(signal.Signals(signum).name)
-
-
 def _run_with_stack(
     run: RunConfig, run_id: str | None, settings: EtudeSettings, *, resume: bool, ray: bool,
     sft_only: bool, out: Path | None = None,
@@ -103,29 +95,36 @@ def _run_with_stack(
     configure_logging(settings.log)
     existing = read_status(settings.stack.run_dir.resolve())
     stack = LocalStack(settings, tuple(ServiceSpec.module(n) for n in LOCAL_SERVICES))
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _raise_stop)
     code = 0
     try:
-        if existing is not None and existing.supervisor_alive:  # `etude up` runs: join it
-            state = stack.attach()
-            console.print(f"Using the stack running in {state.run_dir}.")
-        else:
-            with console.status("Starting the local stack…"):
-                state = stack.start()
-        driver = _Driver(run, run_id, settings, stack, state.redis_url, ray=ray)
-        code = asyncio.run(driver.main(resume=resume, sft_only=sft_only, out=out))
-    except _Stop as stop:
+        with stop_on_signals():
+            code = _attach_or_start_and_run(
+                stack, existing, run, run_id, settings, resume=resume, ray=ray,
+                sft_only=sft_only, out=out,
+            )  # fmt: skip
+    except StopRequested as stop:
         console.print(f"{stop.args[0]}: stopping…")
         code = 130
     except StackError as error:
         console.print(f"[red]{error}[/]")
         code = 1
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
         stack.stop()
     raise typer.Exit(code)
+
+
+def _attach_or_start_and_run(
+    stack: LocalStack, existing, run: RunConfig, run_id: str | None, settings: EtudeSettings,
+    *, resume: bool, ray: bool, sft_only: bool, out: Path | None,
+) -> int:  # fmt: skip
+    if existing is not None and existing.supervisor_alive:  # `etude up` runs: join it
+        state = stack.attach()
+        console.print(f"Using the stack running in {state.run_dir}.")
+    else:
+        with console.status("Starting the local stack…"):
+            state = stack.start()
+    driver = _Driver(run, run_id, settings, stack, state.redis_url, ray=ray)
+    return asyncio.run(driver.main(resume=resume, sft_only=sft_only, out=out))
 
 
 class _Driver:
@@ -180,6 +179,9 @@ class _Driver:
             await registry.update(self.run_id, status="stopped" if stopped else "finished")
             self._print_summary(summary, output_dir)
             return 0
+        except StopRequested:
+            await registry.update(self.run_id, status="stopped", error="interrupted")
+            raise
         except Exception as error:
             await registry.update(
                 self.run_id, status="failed", error=f"{type(error).__name__}: {error}"

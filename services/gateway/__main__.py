@@ -4,13 +4,11 @@ reflection and the Prometheus `/metrics` endpoint. The gateway has no gRPC API o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 
-import uvicorn
-
 from etude.common.grpc_server import Registration, run_service
+from etude.common.http_server import serve_http
 from etude.common.logging import log_fields
 from etude.gateway.app import create_app
 from etude.gateway.config import GatewaySettings
@@ -41,27 +39,8 @@ async def build(
         make_launcher(settings),
         redis_timeout_seconds=config.redis_timeout_seconds,
     )
-    http = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=settings.grpc.host,
-            port=config.http_port,
-            log_level="warning",
-            lifespan="on",  # the app opens its Redis client there
-        )
-    )
-    http_task = asyncio.create_task(http.serve())
-
-    async def stop_http() -> None:
-        http.should_exit = True
-        await http_task
-
-    resources.push_async_callback(stop_http)
-    while not http.started and not http_task.done():
-        await asyncio.sleep(0.01)
-    if http_task.done():
-        http_task.result()  # raises why the HTTP server could not start
-    port = http.servers[0].sockets[0].getsockname()[1]
+    # lifespan on: the app opens its Redis client there.
+    port = await serve_http(app, settings.grpc.host, config.http_port, resources, lifespan="on")
     log.info(
         "gateway listening",
         extra=log_fields(

@@ -3,13 +3,11 @@ OpenAI-compatible HTTP API in the same process."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 
-import uvicorn
-
 from etude.common.grpc_server import Registration, run_service
+from etude.common.http_server import serve_http
 from etude.common.logging import log_fields
 from etude.inference.backends import start_backend
 from etude.inference.config import InferenceSettings
@@ -30,27 +28,7 @@ async def build(
     watch_backend(backend)
     serving = Serving(backend)
 
-    http = uvicorn.Server(
-        uvicorn.Config(
-            create_app(serving),
-            host=settings.grpc.host,
-            port=config.http_port,
-            log_level="warning",
-            lifespan="off",
-        )
-    )
-    http_task = asyncio.create_task(http.serve())
-
-    async def stop_http() -> None:
-        http.should_exit = True
-        await http_task
-
-    resources.push_async_callback(stop_http)
-    while not http.started and not http_task.done():
-        await asyncio.sleep(0.01)
-    if http_task.done():
-        http_task.result()  # raises why the HTTP server could not start
-    port = http.servers[0].sockets[0].getsockname()[1]
+    port = await serve_http(create_app(serving), settings.grpc.host, config.http_port, resources)
     log.info(
         "policy loaded",
         extra=log_fields(

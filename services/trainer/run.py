@@ -23,6 +23,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from etude.common.payloads import Trajectory
+from etude.common.metrics import start_metrics_endpoint
 from etude.common.run_config import RunConfig
 from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings
@@ -120,6 +121,11 @@ class TrainingRun:
         if self.resumed:
             self.orchestrator.restore(self.state.extra["orchestrator"])
         self.reporter = Reporter(self.output_dir)
+        # The trainer's Prometheus endpoint (ETUDE_GRPC__METRICS_PORT; 0 picks a free port).
+        endpoint = start_metrics_endpoint(settings.grpc.host, settings.grpc.metrics_port)
+        self.resources.callback(endpoint.close)
+        self.metrics_url = f"http://{settings.grpc.host}:{endpoint.port}/metrics"
+        log.info("trainer metrics at %s", self.metrics_url)
 
     async def close(self) -> None:
         await self.resources.aclose()

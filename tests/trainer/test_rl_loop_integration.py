@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -104,6 +105,11 @@ async def test_two_tasks_two_rollouts_two_steps_and_an_exact_resume(stack, tmp_p
     history = run.reporter.history()
     assert [r["step"] for r in history] == [1, 2]
     assert history[-1]["policy_version"] == start_version + 2
+    with urllib.request.urlopen(run.metrics_url, timeout=5) as page:
+        exported = page.read().decode()
+    assert f"etude_trainer_policy_version {float(start_version + 2)}" in exported
+    assert "etude_trainer_staleness_bucket" in exported
+    assert "etude_trainer_weight_sync_seconds_count" in exported
     await run.close()
 
     # Resume from step 1: the same step-2 batch gives the identical loss.
