@@ -138,8 +138,16 @@ class _LinearFn(torch.autograd.Function):
         ops = _OPS[ctx.precision](dy_MN.device)
         dy_MN = dy_MN.contiguous()
         dx = ops.gemm(ops.rowwise(dy_MN), ops.colwise(w_NK)).to(x_MK.dtype)
-        dw = ops.gemm(ops.colwise(dy_MN), ops.colwise(x_MK)).to(w_NK.dtype)
+        # wgrad contracts over tokens, quantized in blocks of 32 along them: any token count
+        # (a batch of ragged episodes) is padded with zero rows, which add nothing to dW.
+        dy_PN, x_PK = _pad_rows(dy_MN), _pad_rows(x_MK.contiguous())
+        dw = ops.gemm(ops.colwise(dy_PN), ops.colwise(x_PK)).to(w_NK.dtype)
         return dx, dw, None
+
+
+def _pad_rows(t: torch.Tensor) -> torch.Tensor:
+    missing = -t.shape[0] % ref.BLOCK
+    return torch.nn.functional.pad(t, (0, 0, 0, missing)) if missing else t
 
 
 class _GroupedFn(torch.autograd.Function):

@@ -75,9 +75,7 @@ class GroupedExperts(nn.Module):
     def forward(self, x_TD: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
         """x_TD holds the tokens sorted by expert; offsets_E the cumulative group ends."""
         mm = self.matmul or grouped_mm
-        hidden_TF = F.silu(mm(x_TD, self.gate_proj, offsets_E)) * mm(
-            x_TD, self.up_proj, offsets_E
-        )
+        hidden_TF = F.silu(mm(x_TD, self.gate_proj, offsets_E)) * mm(x_TD, self.up_proj, offsets_E)
         return mm(hidden_TF, self.down_proj, offsets_E)
 
 

@@ -71,12 +71,14 @@ def plot_reward_curve(history: list[dict[str, Any]], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     steps = [r["step"] for r in history]
     figure, axis = plt.subplots(figsize=(6, 3.5), dpi=100)
     axis.plot(steps, [r["reward_mean"] for r in history], marker="o", label="mean reward")
     axis.plot(steps, [r["pass_rate"] for r in history], marker="s", label="pass rate")
     axis.set_xlabel("RL step")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_ylim(-0.05, 1.05)
     axis.grid(alpha=0.3)
     axis.legend(loc="upper left")

@@ -110,7 +110,7 @@ async def test_a_stop_token_ends_the_completion_and_is_kept(backend, tokenizer):
     prompt = _prompt(tokenizer, PROMPTS[0])
     free = (await run_request(backend, _greedy("free-ids", prompt, 16)))[0]
     stop_token = free["tokens"][4]
-    cut = (await run_request(backend, _greedy("cut-ids", prompt, 16, stop_token_ids=(stop_token,))))
+    cut = await run_request(backend, _greedy("cut-ids", prompt, 16, stop_token_ids=(stop_token,)))
     first = free["tokens"].index(stop_token)
     assert cut[0]["tokens"] == free["tokens"][: first + 1]
     assert cut[0]["reason"] == "stop"

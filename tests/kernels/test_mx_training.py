@@ -24,9 +24,10 @@ from etude.model.checkpoint import build_model
 from etude.model.config import tiny
 
 
-def test_linear_forward_and_gradients_track_high_precision():
+@pytest.mark.parametrize("tokens", [64, 116])  # a batch of ragged episodes: not a multiple of 32
+def test_linear_forward_and_gradients_track_high_precision(tokens):
     torch.manual_seed(0)
-    x = torch.randn(64, 128, requires_grad=True)
+    x = torch.randn(tokens, 128, requires_grad=True)
     linear = torch.nn.Linear(128, 96, bias=False)
     mx = MXFP8Linear.from_linear(linear)
     assert mx.weight is linear.weight  # same parameter: optimizers are unaffected
