@@ -22,8 +22,8 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from etude.common.payloads import Trajectory
 from etude.common.metrics import start_metrics_endpoint
+from etude.common.payloads import Trajectory
 from etude.common.run_config import RunConfig
 from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings
