@@ -66,7 +66,7 @@ class Trajectory(Payload, tag="trajectory.v1"):
     tool_counts: dict[str, int] = {}
     turn_seconds: list[float] = []
     finish_reason: str = ""
-    """submitted, max_turns, max_tokens, timeout, or error."""
+    """submitted, no_tool_call, max_turns, max_tokens or timeout."""
 
 
 class UnknownSchemaError(ValueError):

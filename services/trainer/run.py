@@ -190,7 +190,8 @@ class TrainingRun:
                 on_batch(state.step + 1, groups, stats)
             state.step += 1
             sync_seconds = await self.publish()
-            await self.orchestrator.schedule(state.policy_version)
+            if state.step < config.steps:  # the last step leaves no rollouts behind
+                await self.orchestrator.schedule(state.policy_version)
             self.pending_acks.append(waited)
             if state.step % config.checkpoint_every == 0 or state.step == config.steps:
                 await self.checkpoint()

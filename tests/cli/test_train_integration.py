@@ -1,5 +1,6 @@
-"""`etude train` as a user runs it (a real subprocess, the whole local stack), on the Ray
-path, and a run started and stopped through the gateway of a running `etude up`."""
+"""`etude train` as a user runs it (a real subprocess, the whole local stack): on the Ray
+path, resumed from its checkpoint, and a run started and stopped through the gateway of a
+running `etude up`."""
 
 from __future__ import annotations
 
@@ -59,6 +60,17 @@ def test_train_with_ray_runs_every_phase_and_writes_its_outputs(tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert sorted(p.name for p in (out / "checkpoints").iterdir())[-1] == "step-00000002"
     assert "held-out pass@1" in done.stdout
+
+    # --resume continues the same run from its newest checkpoint: step 3, not step 1 again.
+    again = etude(
+        "train", str(config), "--run-id", out.name, "--resume", "--set", "trainer.steps=3",
+        run_dir=tmp_path / "stack", timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines if r["phase"] == "rl"] == [1, 2, 3]
+    assert [r["step"] for r in lines if r["phase"] == "sft"] == [1, 2]  # no second warm start
+    assert sorted(p.name for p in (out / "checkpoints").iterdir())[-1] == "step-00000003"
 
 
 def test_a_run_started_through_the_gateway_is_stopped_through_it(running_stack, tmp_path):  # noqa: F811
