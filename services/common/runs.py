@@ -214,6 +214,18 @@ class RunRegistry:
         await self._apply(run_id, "", stop=True, fields={})
         return await self.get(run_id)
 
+    async def reopen(self, run_id: str) -> RunRecord:
+        """A run resumed from its checkpoint (`etude train --resume`) runs again, whatever
+        it ended as: status `running`, no stop request, no error. The one way out of a
+        terminal status, taken only by the process that continues the run."""
+        key = self._key(run_id)
+        if not await self.redis.exists(key):
+            raise RunNotFoundError(run_id)
+        await self.redis.hset(key, mapping={
+            "status": "running", "stop_requested": "0", "error": "", "updated_ms": str(_now_ms()),
+        })  # fmt: skip
+        return await self.get(run_id)
+
     async def stop_requested(self, run_id: str) -> bool:
         value = await self.redis.hget(self._key(run_id), "stop_requested")
         if value is None:

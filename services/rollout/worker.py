@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from etude.common.payloads import RolloutRequest
 from etude.common.queue import Delivery, QueueUnavailableError, WorkQueue
+from etude.common.queue_metrics import export_queue_stats_forever
 from etude.reward.store import TaskStore
 from etude.rollout import metrics
 from etude.rollout.agent import EpisodeRunner, TurnSampler
@@ -57,6 +58,15 @@ class RolloutWorker:
     async def run(self, stop: asyncio.Event) -> None:
         await self.rollouts.ensure_group()
         await self.trajectories.ensure_group()
+        # Queue depth, lag and pending on this worker's /metrics: what KEDA and the queue
+        # dashboard read to size rollout capacity.
+        gauges = asyncio.create_task(export_queue_stats_forever(self.rollouts))
+        try:
+            await self._consume(stop)
+        finally:
+            gauges.cancel()
+
+    async def _consume(self, stop: asyncio.Event) -> None:
         running: set[asyncio.Task[None]] = set()
         while not stop.is_set():
             if len(running) >= self.concurrency:

@@ -88,6 +88,17 @@ async def test_a_terminal_status_is_final(registry):
     assert (record.status, record.error) == ("failed", "checkpoint corrupt")
 
 
+async def test_a_resumed_run_is_reopened_from_any_ending(registry):
+    record = await registry.create(RunConfig())
+    await registry.request_stop(record.run_id)
+    await registry.update(record.run_id, status="stopped", error="interrupted")
+    reopened = await registry.reopen(record.run_id)
+    assert (reopened.status, reopened.stop_requested, reopened.error) == ("running", False, "")
+    assert not await registry.stop_requested(record.run_id)
+    with pytest.raises(RunNotFoundError):
+        await registry.reopen("no-such-run")
+
+
 async def test_stop_request_wins_over_a_late_running_report(registry):
     await registry.create(RunConfig(), run_id="s")
     assert not await registry.stop_requested("s")

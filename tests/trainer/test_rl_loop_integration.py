@@ -80,15 +80,19 @@ async def test_two_tasks_two_rollouts_two_steps_and_an_exact_resume(stack, tmp_p
     await run.setup()
     await run.publish()
     start_version = run.state.policy_version
-    stack.add_service(worker_spec("rollout-loop", run_id))
+    worker = stack.add_service(worker_spec("rollout-loop", run_id))
     batches = {}
     try:
         steps = await run.rl(
             stop_requested=_never,
             on_batch=lambda step, groups, stats: batches.__setitem__(step, (groups, stats)),
         )
+        with urllib.request.urlopen(worker.metrics_url, timeout=5) as page:
+            worker_metrics = page.read().decode()
     finally:
         stack.stop_service("rollout-loop")
+    assert "etude_rollout_seconds_count" in worker_metrics
+    assert f'etude_queue_depth{{stream="etude:{run_id}:rollouts"}}' in worker_metrics
     assert steps == 2
     for groups, stats in batches.values():
         assert sorted(len(g) for g in groups) == [2, 2]  # G = 2 rollouts of each of 2 tasks

@@ -1,0 +1,159 @@
+{{/*
+A CPU service: Deployment, headless Service for gRPC (clients resolve every pod and
+balance across them), and a PodDisruptionBudget. Each component's own file calls this
+with (dict "ctx" $ "component" "<name>") and may define "etude.<name>.env" (extra
+environment variables) and "etude.<name>.volumes" / "etude.<name>.volumeMounts".
+The Deployment leaves `replicas` out when KEDA scales it.
+*/}}
+{{- define "etude.component" -}}
+{{- $ctx := .ctx }}
+{{- $component := .component }}
+{{- $values := index $ctx.Values $component }}
+{{- $name := include "etude.componentName" . }}
+{{- $keda := and $ctx.Values.keda.enabled (hasKey $ctx.Values.keda $component) (index $ctx.Values.keda $component).enabled }}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "etude.labels" . | nindent 4 }}
+spec:
+  {{- if not $keda }}
+  replicas: {{ $values.replicas }}
+  {{- end }}
+  revisionHistoryLimit: 3
+  selector:
+    matchLabels:
+      {{- include "etude.selectorLabels" . | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "etude.labels" . | nindent 8 }}
+      {{- with $values.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      {{- with $ctx.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      enableServiceLinks: false
+      {{- if $values.terminationGracePeriodSeconds }}
+      terminationGracePeriodSeconds: {{ $values.terminationGracePeriodSeconds }}
+      {{- end }}
+      {{- if and (hasKey $values "runtimeClassName") $values.runtimeClassName }}
+      runtimeClassName: {{ $values.runtimeClassName }}
+      {{- end }}
+      {{- with $values.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      containers:
+        - name: {{ $component }}
+          image: {{ include "etude.image" $ctx }}
+          imagePullPolicy: {{ $ctx.Values.image.pullPolicy }}
+          command: ["python", "-m", "etude.{{ $component }}"]
+          ports:
+            - name: grpc
+              containerPort: {{ $ctx.Values.global.grpcPort }}
+              protocol: TCP
+            - name: metrics
+              containerPort: {{ $ctx.Values.global.metricsPort }}
+              protocol: TCP
+            {{- if eq $component "gateway" }}
+            - name: http
+              containerPort: {{ $values.httpPort }}
+              protocol: TCP
+            {{- end }}
+          env:
+            {{- include "etude.commonEnv" $ctx | nindent 12 }}
+            {{- include (printf "etude.%s.env" $component) $ctx | nindent 12 }}
+            {{- range $values.extraEnv }}
+            - name: {{ .name }}
+              value: {{ .value | quote }}
+            {{- end }}
+          {{- include "etude.grpcProbes" $ctx | nindent 10 }}
+          {{- with $values.resources }}
+          resources:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          securityContext:
+            {{- include (printf "etude.%s.securityContext" $component) $ctx | nindent 12 }}
+          volumeMounts:
+            - name: data
+              mountPath: /data
+            - name: tmp
+              mountPath: /tmp
+      volumes:
+        - name: data
+          emptyDir:
+            {{- with $values.dataSizeLimit }}
+            sizeLimit: {{ . }}
+            {{- end }}
+        - name: tmp
+          emptyDir: {}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "etude.labels" . | nindent 4 }}
+spec:
+  {{- if ne $component "gateway" }}
+  # Headless: DNS returns every ready pod, so gRPC clients spread calls over them
+  # instead of pinning one long-lived connection to one pod behind a virtual IP.
+  clusterIP: None
+  {{- end }}
+  selector:
+    {{- include "etude.selectorLabels" . | nindent 4 }}
+  ports:
+    - name: grpc
+      port: {{ $ctx.Values.global.grpcPort }}
+      targetPort: grpc
+      protocol: TCP
+      appProtocol: grpc
+    - name: metrics
+      port: {{ $ctx.Values.global.metricsPort }}
+      targetPort: metrics
+      protocol: TCP
+    {{- if eq $component "gateway" }}
+    - name: http
+      port: {{ $values.httpPort }}
+      targetPort: http
+      protocol: TCP
+      appProtocol: http
+    {{- end }}
+{{- if $values.podDisruptionBudget.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "etude.labels" . | nindent 4 }}
+spec:
+  maxUnavailable: {{ $values.podDisruptionBudget.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "etude.selectorLabels" . | nindent 6 }}
+{{- end }}
+{{- end }}
+
+{{/* The default container security context; components may override theirs. */}}
+{{- define "etude.defaultSecurityContext" -}}
+allowPrivilegeEscalation: false
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+capabilities:
+  drop: ["ALL"]
+{{- end }}
