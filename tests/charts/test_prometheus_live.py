@@ -24,6 +24,7 @@ import yaml
 
 from etude.cli.stack import STATE_FILE, StackState
 from etude.common.net import free_port
+from tests.charts.chart import of_kind, render
 from tests.charts.promql import (
     Expression,
     Prometheus,
@@ -42,16 +43,6 @@ needs_prometheus = pytest.mark.skipif(
     shutil.which("prometheus") is None or shutil.which("promtool") is None,
     reason="prometheus/promtool not on PATH (Debian: apt-get install -y prometheus)",
 )
-
-# Until the chart ships dashboards and rules, these stand in for them: one expression per
-# kind of metric the stack exports (a counter rate, a histogram quantile, a gauge).
-SAMPLE_EXPRESSIONS = [
-    Expression("sample", "sum by (service) (rate(etude_grpc_server_handled_total[$__interval]))"),
-    Expression("sample", "histogram_quantile(0.99, rate(etude_rollout_seconds_bucket[1m]))"),
-    Expression("sample", 'max by (stream) (etude_queue_lag{stream=~"$stream"})'),
-    Expression("sample", "etude_trainer_step"),
-    Expression("sample", "etude_inference_policy_version > 0", alert=True),
-]
 
 # Rules and panels a local run cannot feed, by Expression.where. Every entry must exist in
 # the chart (the test says which do not), so the list shrinks with the chart.
@@ -95,22 +86,14 @@ DEADLINE_SECONDS = 200
 
 def chart_rules() -> dict | None:
     """`spec` of the chart's PrometheusRule(s) as one rules file; None without any."""
-    if not (CHART_DIR / "Chart.yaml").exists() or not (CHART_DIR / "values.yaml").exists():
-        return None
-    from tests.charts.chart import of_kind, render
-
     groups = [g for r in of_kind(render(), "PrometheusRule") for g in r["spec"]["groups"]]
     return {"groups": groups} if groups else None
 
 
 def expressions(rules: dict | None) -> list[Expression]:
-    found = (
-        dashboard_expressions(CHART_DIR / "dashboards")
-        if (CHART_DIR / "dashboards").is_dir()
-        else []
-    )
-    found += rule_expressions(rules) if rules else []
-    return found or SAMPLE_EXPRESSIONS
+    found = dashboard_expressions(CHART_DIR / "dashboards") + rule_expressions(rules or {})
+    assert found, "the chart has no dashboard or rule expressions"
+    return found
 
 
 def local(expr: Expression) -> bool:
@@ -120,8 +103,7 @@ def local(expr: Expression) -> bool:
 @needs_prometheus
 def test_chart_rules_pass_promtool(tmp_path):
     rules = chart_rules()
-    if rules is None:
-        pytest.skip("the chart renders no PrometheusRule yet")
+    assert rules is not None, "the chart renders no PrometheusRule"
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(rules))
     done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True)
@@ -172,9 +154,8 @@ def test_every_dashboard_and_rule_expression_returns_data_during_a_run(tmp_path)
         rule_files.append(tmp_path / "rules.yaml")
         rule_files[0].write_text(yaml.safe_dump(rules))
     every = expressions(rules)
-    if every is not SAMPLE_EXPRESSIONS:
-        stale = NOT_LOCAL - {e.where for e in every}
-        assert not stale, f"NOT_LOCAL names what the chart no longer has: {sorted(stale)}"
+    stale = NOT_LOCAL - {e.where for e in every}
+    assert not stale, f"NOT_LOCAL names what the chart no longer has: {sorted(stale)}"
     exprs = [e for e in every if local(e)]
     (tmp_path / "prom").mkdir()
     prometheus = Prometheus(tmp_path / "prom", rule_files)
