@@ -152,13 +152,15 @@ class _Driver:
         output_dir = self.run.output_dir / self.run_id
         await registry.update(self.run_id, status="running", output_dir=str(output_dir))
         trainer = self._trainer()
+
+        def call(method: str, *args: Any):
+            """A TrainerHost method, here or on its Ray actor: either way an awaitable."""
+            bound = getattr(trainer, method)
+            return bound.remote(*args) if self.ray else bound(*args)
+
         try:
             summary: dict[str, Any] = {"run_id": self.run_id}
-            resumed = (
-                await trainer.setup.remote(resume) if self.ray else await trainer.setup(resume)
-            )
-            call = (lambda m, *a: getattr(trainer, m).remote(*a)) if self.ray else (
-                lambda m, *a: getattr(trainer, m)(*a))  # fmt: skip
+            resumed = await call("setup", resume)
             with console.status("Warm start (SFT on scripted demonstrations)…"):
                 summary.update(await call("warm_start"))
             if sft_only:
