@@ -12,6 +12,7 @@ each worker is a `python -m etude.rollout` process.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,6 +30,7 @@ from etude.common.logging import configure_logging
 from etude.common.run_config import RunConfig, RunConfigError, load_run_config
 from etude.common.runs import RunNotFoundError, RunRegistry
 from etude.common.settings import EtudeSettings, get_settings
+from etude.inference.host import InferenceHost
 from etude.rollout.config import RolloutServiceConfig, RolloutSettings
 from etude.trainer.hosts import RolloutHost, TrainerHost
 from etude.trainer.run import Endpoints
@@ -70,11 +72,33 @@ def train(
         bool, typer.Option("--resume", help="Continue from the newest checkpoint.")
     ] = False,
     ray: Annotated[bool, typer.Option("--ray", help="Trainer and workers as Ray actors.")] = False,
+    cluster: Annotated[
+        bool,
+        typer.Option(
+            "--cluster",
+            help="Use the deployed services (ETUDE_SERVICES__*, ETUDE_REDIS__URL) and their "
+            "rollout workers instead of a local stack; with --ray, join the Ray cluster.",
+        ),
+    ] = False,
+    inference_engines: Annotated[
+        int,
+        typer.Option(
+            help="--cluster --ray: inference engines as Ray actors (0: use "
+            "ETUDE_SERVICES__INFERENCE)."
+        ),
+    ] = 0,
+    engine_port: Annotated[int, typer.Option(help="gRPC port of each engine actor.")] = 50051,
+    engine_gpus: Annotated[float, typer.Option(help="GPUs per engine actor.")] = 0,
+    trainer_gpus: Annotated[float, typer.Option(help="GPUs of the trainer actor.")] = 0,
     run_dir: RunDirOption = None,
 ) -> None:
-    """Train a policy: SFT warm start, then RL, on the local stack."""
+    """Train a policy: SFT warm start, then RL, on the local stack (or a cluster's)."""
     run = _load(config, overrides)
-    _run_with_stack(run, run_id, _settings(run_dir), resume=resume, ray=ray, sft_only=False)
+    settings = _settings(run_dir)
+    if cluster:
+        placement = Placement(inference_engines, engine_port, engine_gpus, trainer_gpus)
+        _run_on_cluster(run, run_id, settings, resume=resume, ray=ray, placement=placement)
+    _run_with_stack(run, run_id, settings, resume=resume, ray=ray, sft_only=False)
 
 
 def sft(
@@ -113,6 +137,45 @@ def _run_with_stack(
     raise typer.Exit(code)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a cluster run's Ray actors go: the chart's worker groups advertise the custom
+    resources `trainer` and `inference_engine` (one per worker)."""
+
+    inference_engines: int = 0
+    engine_port: int = 50051
+    engine_gpus: float = 0
+    trainer_gpus: float = 0
+
+
+def _run_on_cluster(
+    run: RunConfig, run_id: str | None, settings: EtudeSettings, *, resume: bool, ray: bool,
+    placement: Placement,
+) -> None:  # fmt: skip
+    configure_logging(settings.log)
+    services = settings.services
+    missing = [n for n in ("environment", "reward") if not getattr(services, n)]
+    if placement.inference_engines == 0 and not services.inference:
+        missing.append("inference")
+    if missing or (placement.inference_engines and not ray):
+        problem = (f"set ETUDE_SERVICES__{missing[0].upper()}" if missing
+                   else "--inference-engines needs --ray")  # fmt: skip
+        console.print(f"[red]--cluster: {problem}.[/]")
+        raise typer.Exit(2)
+    endpoints = Endpoints(
+        settings.redis.url, (services.inference,) if services.inference else (),
+        services.environment, services.reward,
+    )  # fmt: skip
+    driver = _Driver(run, run_id, settings, endpoints, ray=ray, placement=placement)
+    try:
+        with stop_on_signals():
+            code = asyncio.run(driver.main(resume=resume, sft_only=False, out=None))
+    except StopRequested as stop:
+        console.print(f"{stop.args[0]}: stopping…")
+        code = 130
+    raise typer.Exit(code)
+
+
 def _attach_or_start_and_run(
     stack: LocalStack, existing, run: RunConfig, run_id: str | None, settings: EtudeSettings,
     *, resume: bool, ray: bool, sft_only: bool, out: Path | None,
@@ -123,24 +186,29 @@ def _attach_or_start_and_run(
     else:
         with console.status("Starting the local stack…"):
             state = stack.start()
-    driver = _Driver(run, run_id, settings, stack, state.redis_url, ray=ray)
+    status = read_status(stack.run_dir)
+    assert status is not None
+    address = {c.name: c.address for c in status.components}
+    endpoints = Endpoints(
+        state.redis_url, (address["inference"],), address["environment"], address["reward"]
+    )
+    driver = _Driver(run, run_id, settings, endpoints, ray=ray, stack=stack)
     return asyncio.run(driver.main(resume=resume, sft_only=sft_only, out=out))
 
 
 class _Driver:
+    """One run's phases. With a local stack it starts the rollout workers (processes or
+    Ray actors); on a cluster (`stack` None) the deployed workers serve the run."""
+
     def __init__(
-        self, run: RunConfig, run_id: str | None, settings: EtudeSettings, stack: LocalStack,
-        redis_url: str, *, ray: bool,
+        self, run: RunConfig, run_id: str | None, settings: EtudeSettings, endpoints: Endpoints,
+        *, ray: bool, stack: LocalStack | None = None, placement: Placement | None = None,
     ) -> None:  # fmt: skip
         self.run, self.run_id, self.settings, self.stack = run, run_id, settings, stack
-        self.redis_url, self.ray = redis_url, ray
-        status = read_status(stack.run_dir)
-        assert status is not None
-        address = {c.name: c.address for c in status.components}
-        self.endpoints = Endpoints(
-            redis_url, (address["inference"],), address["environment"], address["reward"]
-        )
+        self.endpoints, self.ray, self.placement = endpoints, ray, placement
+        self.redis_url = endpoints.redis_url
         self.workers: list[Any] = []
+        self.engines: list[Any] = []
 
     async def main(self, *, resume: bool, sft_only: bool, out: Path | None) -> int:
         client = aioredis.Redis.from_url(self.redis_url)
@@ -151,6 +219,8 @@ class _Driver:
             await registry.reopen(self.run_id)
         output_dir = self.run.output_dir / self.run_id
         await registry.update(self.run_id, status="running", output_dir=str(output_dir))
+        self._init_ray()
+        await self._start_engines()
         trainer = self._trainer()
 
         def call(method: str, *args: Any):
@@ -193,6 +263,8 @@ class _Driver:
             raise
         finally:
             await self._stop_workers()
+            for engine in self.engines:
+                await engine.stop.remote()
             await client.aclose()
             if self.ray:
                 import ray
@@ -207,16 +279,51 @@ class _Driver:
                 pass
         return await registry.create(self.run, run_id=self.run_id)
 
+    def _init_ray(self) -> None:
+        if not self.ray:
+            return
+        import ray
+
+        if self.placement is not None:
+            try:  # a KubeRay job's submitter or a pod of the cluster: join it
+                ray.init(address="auto", log_to_driver=False)
+                return
+            except ConnectionError:
+                pass  # no Ray cluster here: a local one stands in for it
+        # This machine: declare the placement resources the chart's worker groups have.
+        engines = self.placement.inference_engines if self.placement else 0
+        resources = {"trainer": 1} | ({"inference_engine": engines} if engines else {})
+        ray.init(num_cpus=2, resources=resources, include_dashboard=False,
+                 log_to_driver=False, ignore_reinit_error=True)  # fmt: skip
+
+    async def _start_engines(self) -> None:
+        p = self.placement
+        if p is None or not p.inference_engines:
+            return
+        import ray
+
+        actor = ray.remote(InferenceHost).options(
+            num_cpus=0, num_gpus=p.engine_gpus, resources={"inference_engine": 1}
+        )
+        self.engines = [actor.remote(p.engine_port) for _ in range(p.inference_engines)]
+        addresses = await asyncio.gather(*(e.start.remote() for e in self.engines))
+        console.print(f"Inference engines: {', '.join(addresses)}")
+        self.endpoints = dataclasses.replace(self.endpoints, inference=tuple(addresses))
+
     def _trainer(self):
         if not self.ray:
             return TrainerHost(self.run_id, self.run, self.endpoints, self.settings)
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-        actor = ray.remote(TrainerHost).options(num_cpus=0, max_concurrency=4)
+        options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4}
+        if self.placement is not None:
+            options |= {"num_gpus": self.placement.trainer_gpus, "resources": {"trainer": 1}}
+        actor = ray.remote(TrainerHost).options(**options)
         return actor.remote(self.run_id, self.run, self.endpoints, self.settings)
 
     async def _start_workers(self) -> None:
+        if self.stack is None:  # a cluster: the deployed rollout workers serve the run
+            return
         count = self.run.rollout.workers
         if self.ray:
             import ray
