@@ -224,3 +224,37 @@ def test_dashboards_and_rules_query_only_registered_metrics(rendered) -> None:
             if name not in registered and name not in recorded and name not in NON_ETUDE_METRICS:
                 unknown.append(f"{where}: {name}")
     assert not unknown, unknown
+
+
+def _deployment(objects, component: str) -> dict:
+    [found] = [
+        d for d in of_kind(objects, "Deployment") if d["metadata"]["name"].endswith(component)
+    ]
+    return found["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("existing", ["", "nfs-tasks"])
+def test_rollout_environment_and_search_share_the_task_repositories(existing):
+    """A worker hands the environment a repository path; the environment has search index
+    it: the three pods must see the same files at the same path."""
+    from tests.charts.chart import render
+
+    objects = render({"sharedTasks": {"existingClaim": existing}})
+    claims = set()
+    for component in ("rollout", "environment", "search"):
+        pod = _deployment(objects, component)
+        [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "tasks"]
+        assert mount["mountPath"] == "/shared/tasks"
+        [volume] = [v for v in pod["volumes"] if v["name"] == "tasks"]
+        claims.add(volume["persistentVolumeClaim"]["claimName"])
+    created = [c["metadata"]["name"] for c in of_kind(objects, "PersistentVolumeClaim")
+               if c["metadata"]["name"].endswith("-tasks")]  # fmt: skip
+    assert claims == ({existing} if existing else set(created))
+    shared = [
+        c for c in of_kind(objects, "PersistentVolumeClaim") if c["metadata"]["name"] in claims
+    ]
+    assert all(c["spec"]["accessModes"] == ["ReadWriteMany"] for c in shared)
+    env = {
+        e["name"]: e.get("value") for e in _deployment(objects, "rollout")["containers"][0]["env"]
+    }
+    assert env["ETUDE_ROLLOUT__CACHE_DIR"].startswith("/shared/tasks")

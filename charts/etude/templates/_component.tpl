@@ -11,6 +11,7 @@ The Deployment leaves `replicas` out when KEDA scales it.
 {{- $values := index $ctx.Values $component }}
 {{- $name := include "etude.componentName" . }}
 {{- $keda := and $ctx.Values.keda.enabled (hasKey $ctx.Values.keda $component) (index $ctx.Values.keda $component).enabled }}
+{{- $sharedTasks := and $ctx.Values.sharedTasks.enabled (has $component (list "rollout" "environment" "search")) }}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -90,6 +91,10 @@ spec:
               mountPath: /data
             - name: tmp
               mountPath: /tmp
+            {{- if $sharedTasks }}
+            - name: tasks
+              mountPath: /shared/tasks
+            {{- end }}
       volumes:
         - name: data
           emptyDir:
@@ -98,6 +103,11 @@ spec:
             {{- end }}
         - name: tmp
           emptyDir: {}
+        {{- if $sharedTasks }}
+        - name: tasks
+          persistentVolumeClaim:
+            claimName: {{ $ctx.Values.sharedTasks.existingClaim | default (include "etude.componentName" (dict "ctx" $ctx "component" "tasks")) }}
+        {{- end }}
 ---
 apiVersion: v1
 kind: Service
