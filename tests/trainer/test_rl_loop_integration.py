@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from etude.cli.stack import LocalStack, ServiceSpec
 from etude.cli.status import read_status
+from etude.common.processes import pid_alive
 from etude.common.run_config import RunConfig, parse_run_config
 from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings, QueueSettings, StackSettings
@@ -177,4 +178,41 @@ async def test_a_killed_worker_s_rollout_is_completed_by_another_and_trained_on_
         assert (await client.xpending(stream, "rollout"))["pending"] == 0
     finally:
         stack.stop_service("rollout-survivor")
+        await client.aclose()
+
+
+async def test_a_worker_sent_sigterm_finishes_its_rollout_before_it_exits(stack, tmp_path):
+    """What a rollout pod does when scaled in: no new work, the current episode completed,
+    its trajectory written and its entry acknowledged, then exit."""
+    config = parse_run_config({
+        **LOOP_CONFIG, "output_dir": str(tmp_path),
+        "rollout": {**LOOP_CONFIG["rollout"], "group_size": 2, "groups_per_step": 1,
+                    "max_turns": 2, "max_new_tokens": 96},
+    })  # fmt: skip
+    where = endpoints(stack)
+    run_id = await register(where.redis_url, config)
+    client = aioredis.Redis.from_url(where.redis_url)
+    train, _ = load_taskset(config.tasks)
+    orchestrator = Orchestrator(
+        run_id=run_id, rollouts=rollout_queue(client, run_id, "orchestrator", QueueSettings()),
+        trajectories=trajectory_queue(client, run_id, "trainer", QueueSettings()),
+        tasks=TaskCycle(train, 0), group_size=2, groups_per_step=1, over_provision=0,
+        max_staleness=1,
+    )  # fmt: skip
+    await orchestrator.start()
+    stream = rollout_stream(run_id)
+    try:
+        await orchestrator.schedule(trainer_version=0)
+        worker = stack.add_service(worker_spec("rollout-scaled-in", run_id))
+        deadline = time.monotonic() + 30
+        while not await client.xpending_range(stream, "rollout", "-", "+", 2):
+            assert time.monotonic() < deadline, "the worker never took a rollout"
+            await asyncio.sleep(0.05)
+        code = await asyncio.to_thread(stack.stop_service, "rollout-scaled-in")  # SIGTERM
+        assert code == 0 and not pid_alive(worker.pid)
+        # Everything it had started is done and acknowledged; nothing is left pending.
+        assert (await client.xpending(stream, "rollout"))["pending"] == 0
+        finished = await client.xlen(f"etude:{run_id}:trajectories")
+        assert finished >= 1 and finished + await client.xlen(stream) == 2
+    finally:
         await client.aclose()
