@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import redis.asyncio as aioredis
 import typer
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -27,7 +28,7 @@ from etude.cli.signals import StopRequested, stop_on_signals
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
 from etude.cli.status import read_status
 from etude.common.logging import configure_logging
-from etude.common.run_config import RunConfig, RunConfigError, load_run_config
+from etude.common.run_config import RunConfig, RunConfigError, load_run_config, parse_run_config
 from etude.common.runs import RunNotFoundError, RunRegistry
 from etude.common.settings import EtudeSettings, get_settings
 from etude.inference.host import InferenceHost
@@ -92,8 +93,11 @@ def train(
     trainer_gpus: Annotated[float, typer.Option(help="GPUs of the trainer actor.")] = 0,
     run_dir: RunDirOption = None,
 ) -> None:
-    """Train a policy: SFT warm start, then RL, on the local stack (or a cluster's)."""
+    """Train a policy: SFT warm start, then RL, on the local stack (or a cluster's).
+    Without CONFIG, a `--run-id` the gateway recorded trains with the recorded config."""
     run = _load(config, overrides)
+    if config is None and not overrides and run_id:
+        run = _recorded_config(run_id, _settings(run_dir)) or run
     settings = _settings(run_dir)
     if cluster:
         placement = Placement(inference_engines, engine_port, engine_gpus, trainer_gpus)
@@ -135,6 +139,22 @@ def _run_with_stack(
     finally:
         stack.stop()
     raise typer.Exit(code)
+
+
+def _recorded_config(run_id: str, settings: EtudeSettings) -> RunConfig | None:
+    """The config a run was recorded with (`etude runs start`, `POST /runs`), when the run
+    registry can be reached and has the run."""
+
+    async def read() -> RunConfig | None:
+        client = aioredis.Redis.from_url(settings.redis.url, socket_timeout=5)
+        try:
+            return parse_run_config((await RunRegistry(client).get(run_id)).config)
+        except (RunNotFoundError, RedisError, RunConfigError):
+            return None
+        finally:
+            await client.aclose()
+
+    return asyncio.run(read())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ and the inference engine and the trainer are Ray actors placed by custom resourc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -12,17 +13,27 @@ import sys
 import time
 
 import pytest
-import yaml
+import redis.asyncio as aioredis
 
 from etude.cli.stack import LocalStack, ServiceSpec
 from etude.cli.status import read_status
 from etude.common.grpc_client import health_status
 from etude.common.net import free_port
+from etude.common.run_config import parse_run_config
+from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings, StackSettings
 from tests.cli.test_cli_integration import ETUDE, REPO_ROOT
 from tests.cli.test_train_integration import SMALL_RUN
 
 pytestmark = pytest.mark.integration
+
+
+async def record(redis_url: str, config, run_id: str) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await RunRegistry(client).create(config, run_id=run_id)
+    finally:
+        await client.aclose()
 
 
 def ray_address(port: int) -> str:
@@ -40,9 +51,11 @@ def test_a_cluster_run_uses_the_deployed_services_and_ray_placed_engines(tmp_pat
         status = read_status(deployed.run_dir)
         address = {c.name: c.address for c in status.components}
         engine_port = free_port("127.0.0.1")
-        config = tmp_path / "run.yaml"
-        config.write_text(yaml.safe_dump({**SMALL_RUN, "output_dir": str(tmp_path / "out"),
-                                          "sft": {"enabled": False}}))  # fmt: skip
+        # Recorded as the gateway records `etude runs start`: the job trains that config.
+        config = parse_run_config(
+            {**SMALL_RUN, "output_dir": str(tmp_path / "out"), "sft": {"enabled": False}}
+        )
+        asyncio.run(record(status.redis_url, config, "cluster-1"))
         env = {
             **os.environ,
             "ETUDE_REDIS__URL": status.redis_url,
@@ -50,7 +63,7 @@ def test_a_cluster_run_uses_the_deployed_services_and_ray_placed_engines(tmp_pat
             "ETUDE_SERVICES__REWARD": address["reward"],
             "ETUDE_STACK__RUN_DIR": str(deployed.run_dir),
         }
-        argv = [*ETUDE, "train", str(config), "--ray", "--cluster", "--run-id", "cluster-1",
+        argv = [*ETUDE, "train", "--ray", "--cluster", "--run-id", "cluster-1",
                 "--inference-engines", "1", "--engine-port", str(engine_port)]  # fmt: skip
         log = (tmp_path / "train.log").open("wb")
         train = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=log)
