@@ -131,29 +131,37 @@ async def _never() -> bool:
     return False
 
 
-async def test_a_killed_worker_s_rollout_is_completed_by_another_and_trained_on_once(
-    stack, tmp_path
-):
+async def one_group_scheduled(stack, tmp_path, queue: QueueSettings, **rollout):
+    """A registered run whose orchestrator has put one group of rollouts on the queue; the
+    test starts the workers. Returns (run id, Redis client, orchestrator)."""
     config = parse_run_config({
         **LOOP_CONFIG, "output_dir": str(tmp_path),
-        "rollout": {**LOOP_CONFIG["rollout"], "group_size": 1, "groups_per_step": 1,
-                    "max_turns": 3, "max_new_tokens": 160},
+        "rollout": {**LOOP_CONFIG["rollout"], "groups_per_step": 1, **rollout},
     })  # fmt: skip
     where = endpoints(stack)
     run_id = await register(where.redis_url, config)
     client = aioredis.Redis.from_url(where.redis_url)
-    fast = QueueSettings(claim_idle_seconds=3.0)
     train, _ = load_taskset(config.tasks)
     orchestrator = Orchestrator(
-        run_id=run_id, rollouts=rollout_queue(client, run_id, "orchestrator", fast),
-        trajectories=trajectory_queue(client, run_id, "trainer", fast),
-        tasks=TaskCycle(train, 0), group_size=1, groups_per_step=1, over_provision=0,
-        max_staleness=1,
+        run_id=run_id, rollouts=rollout_queue(client, run_id, "orchestrator", queue),
+        trajectories=trajectory_queue(client, run_id, "trainer", queue),
+        tasks=TaskCycle(train, 0), group_size=config.rollout.group_size, groups_per_step=1,
+        over_provision=0, max_staleness=1,
     )  # fmt: skip
     await orchestrator.start()
+    await orchestrator.schedule(trainer_version=0)
+    return run_id, client, orchestrator
+
+
+async def test_a_killed_worker_s_rollout_is_completed_by_another_and_trained_on_once(
+    stack, tmp_path
+):
+    run_id, client, orchestrator = await one_group_scheduled(
+        stack, tmp_path, QueueSettings(claim_idle_seconds=3.0),
+        group_size=1, max_turns=3, max_new_tokens=160,
+    )  # fmt: skip
     env = {"ETUDE_QUEUE__CLAIM_IDLE_SECONDS": "3", "ETUDE_ROLLOUT__HEARTBEAT_SECONDS": "0.5"}
     try:
-        await orchestrator.schedule(trainer_version=0)
         doomed = stack.add_service(worker_spec("rollout-doomed", run_id, **env))
         stream = rollout_stream(run_id)
         deadline = time.monotonic() + 30
@@ -184,25 +192,11 @@ async def test_a_killed_worker_s_rollout_is_completed_by_another_and_trained_on_
 async def test_a_worker_sent_sigterm_finishes_its_rollout_before_it_exits(stack, tmp_path):
     """What a rollout pod does when scaled in: no new work, the current episode completed,
     its trajectory written and its entry acknowledged, then exit."""
-    config = parse_run_config({
-        **LOOP_CONFIG, "output_dir": str(tmp_path),
-        "rollout": {**LOOP_CONFIG["rollout"], "group_size": 2, "groups_per_step": 1,
-                    "max_turns": 2, "max_new_tokens": 96},
-    })  # fmt: skip
-    where = endpoints(stack)
-    run_id = await register(where.redis_url, config)
-    client = aioredis.Redis.from_url(where.redis_url)
-    train, _ = load_taskset(config.tasks)
-    orchestrator = Orchestrator(
-        run_id=run_id, rollouts=rollout_queue(client, run_id, "orchestrator", QueueSettings()),
-        trajectories=trajectory_queue(client, run_id, "trainer", QueueSettings()),
-        tasks=TaskCycle(train, 0), group_size=2, groups_per_step=1, over_provision=0,
-        max_staleness=1,
-    )  # fmt: skip
-    await orchestrator.start()
+    run_id, client, _ = await one_group_scheduled(
+        stack, tmp_path, QueueSettings(), group_size=2, max_turns=2, max_new_tokens=96
+    )
     stream = rollout_stream(run_id)
     try:
-        await orchestrator.schedule(trainer_version=0)
         worker = stack.add_service(worker_spec("rollout-scaled-in", run_id))
         deadline = time.monotonic() + 30
         while not await client.xpending_range(stream, "rollout", "-", "+", 2):
