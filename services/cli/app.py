@@ -26,12 +26,12 @@ from etude.cli.model import app as model_app
 from etude.cli.runs import app as runs_app
 from etude.cli.search import app as search_app
 from etude.cli.signals import StopRequested, stop_on_signals
-from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
+from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError, settings_for
 from etude.cli.status import StackStatus, read_status
 from etude.cli.tasks import app as tasks_app
 from etude.cli.train import sft, train
 from etude.common.logging import configure_logging
-from etude.common.settings import EtudeSettings, get_settings
+from etude.common.settings import EtudeSettings
 
 app = typer.Typer(
     name="etude",
@@ -53,14 +53,6 @@ RunDirOption = Annotated[
 ]
 
 
-def _settings(run_dir: Path | None) -> EtudeSettings:
-    settings = get_settings()
-    if run_dir is not None:
-        stack = settings.stack.model_copy(update={"run_dir": run_dir})
-        settings = settings.model_copy(update={"stack": stack})
-    return settings
-
-
 @app.command()
 def up(
     run_dir: RunDirOption = None,
@@ -69,7 +61,7 @@ def up(
     ] = False,
 ) -> None:
     """Start Redis and every service on loopback; stop them all on Ctrl-C or SIGTERM."""
-    settings = _settings(run_dir)
+    settings = settings_for(run_dir)
     configure_logging(settings.log)
     existing = read_status(settings.stack.run_dir.resolve())
     if existing is not None and existing.supervisor_alive:
@@ -122,7 +114,7 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Report the local stack: each component's address, metrics URL and health."""
-    settings = _settings(run_dir)
+    settings = settings_for(run_dir)
     current = read_status(settings.stack.run_dir.resolve())
     if current is None or not current.supervisor_alive:
         if as_json:

@@ -20,7 +20,7 @@ from etude.common.grpc_client import health_status
 from etude.common.net import free_port
 from etude.common.processes import log_tail, spawn, terminate
 from etude.common.redis_server import RedisServer, find_redis_server
-from etude.common.settings import EtudeSettings
+from etude.common.settings import EtudeSettings, get_settings
 
 STATE_FILE = "stack.json"
 
@@ -74,6 +74,15 @@ class StackState:
         data = json.loads(path.read_text())
         components = [Component(**c) for c in data.pop("components")]
         return cls(components=components, **data)
+
+
+def settings_for(run_dir: Path | None) -> EtudeSettings:
+    """The process's settings, with the stack's run directory from `--run-dir` if given."""
+    settings = get_settings()
+    if run_dir is not None:
+        stack = settings.stack.model_copy(update={"run_dir": run_dir})
+        settings = settings.model_copy(update={"stack": stack})
+    return settings
 
 
 class StackError(RuntimeError):

@@ -25,12 +25,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from etude.cli.signals import StopRequested, stop_on_signals
-from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError
+from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError, settings_for
 from etude.cli.status import read_status
 from etude.common.logging import configure_logging
 from etude.common.run_config import RunConfig, RunConfigError, load_run_config, parse_run_config
 from etude.common.runs import RunNotFoundError, RunRegistry
-from etude.common.settings import EtudeSettings, get_settings
+from etude.common.settings import EtudeSettings
 from etude.inference.host import InferenceHost
 from etude.rollout.config import RolloutServiceConfig, RolloutSettings
 from etude.trainer.hosts import RolloutHost, TrainerHost
@@ -53,14 +53,6 @@ def _load(config: Path | None, overrides: list[str] | None) -> RunConfig:
     except RunConfigError as error:
         console.print(f"[red]{error}[/]")
         raise typer.Exit(2) from None
-
-
-def _settings(run_dir: Path | None) -> EtudeSettings:
-    settings = get_settings()
-    if run_dir is not None:
-        stack = settings.stack.model_copy(update={"run_dir": run_dir})
-        settings = settings.model_copy(update={"stack": stack})
-    return settings
 
 
 def train(
@@ -96,9 +88,9 @@ def train(
     """Train a policy: SFT warm start, then RL, on the local stack (or a cluster's).
     Without CONFIG, a `--run-id` the gateway recorded trains with the recorded config."""
     run = _load(config, overrides)
+    settings = settings_for(run_dir)
     if config is None and not overrides and run_id:
-        run = _recorded_config(run_id, _settings(run_dir)) or run
-    settings = _settings(run_dir)
+        run = _recorded_config(run_id, settings) or run
     if cluster:
         placement = Placement(inference_engines, engine_port, engine_gpus, trainer_gpus)
         _run_on_cluster(run, run_id, settings, resume=resume, ray=ray, placement=placement)
@@ -113,7 +105,9 @@ def sft(
 ) -> None:
     """Warm-start a policy on scripted demonstrations and save it as a checkpoint."""
     run = _load(config, overrides)
-    _run_with_stack(run, None, _settings(run_dir), resume=False, ray=False, sft_only=True, out=out)
+    _run_with_stack(
+        run, None, settings_for(run_dir), resume=False, ray=False, sft_only=True, out=out
+    )
 
 
 def _run_with_stack(

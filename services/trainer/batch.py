@@ -48,6 +48,24 @@ def collate(trajectories: list[Trajectory], pad_id: int = 0) -> Batch:
 def token_logprobs(model: Transformer, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(target | prefix) for every column, differentiable, and the model's MoE
     load-balancing loss (when training). Computed in fp32 whatever the model's dtype."""
+    logprobs_BTV, aux = _vocab_logprobs(model, batch)
+    return _gather(logprobs_BTV, batch), aux
+
+
+def token_logprobs_and_entropy(
+    model: Transformer, batch: Batch
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """`token_logprobs` plus the entropy of the policy's distribution at every column, from
+    the same forward pass."""
+    logprobs_BTV, aux = _vocab_logprobs(model, batch)
+    entropy_BT = -(logprobs_BTV.exp() * logprobs_BTV).sum(-1)
+    return _gather(logprobs_BTV, batch), entropy_BT, aux
+
+
+def _vocab_logprobs(model: Transformer, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
     out = model(batch.inputs_BT)
-    logprobs = out.logits.float().log_softmax(-1)
-    return logprobs.gather(-1, batch.targets_BT.unsqueeze(-1)).squeeze(-1), out.aux_loss
+    return out.logits.float().log_softmax(-1), out.aux_loss
+
+
+def _gather(logprobs_BTV: torch.Tensor, batch: Batch) -> torch.Tensor:
+    return logprobs_BTV.gather(-1, batch.targets_BT.unsqueeze(-1)).squeeze(-1)

@@ -20,7 +20,7 @@ import torch
 from etude.common.payloads import Trajectory
 from etude.common.run_config import TrainerConfig
 from etude.model.model import Transformer
-from etude.trainer.batch import Batch, collate
+from etude.trainer.batch import Batch, collate, token_logprobs, token_logprobs_and_entropy
 from etude.trainer.loss import LossConfig, group_advantages, policy_loss
 
 
@@ -71,14 +71,6 @@ def _rows(batch: Batch, rows: slice) -> Batch:
     return Batch(*(getattr(batch, f)[rows] for f in Batch.__dataclass_fields__))
 
 
-def _entropy_and_logprobs(model: Transformer, batch: Batch):
-    out = model(batch.inputs_BT)
-    logprobs_BTV = out.logits.float().log_softmax(-1)
-    token_logprobs = logprobs_BTV.gather(-1, batch.targets_BT.unsqueeze(-1)).squeeze(-1)
-    entropy_BT = -(logprobs_BTV.exp() * logprobs_BTV).sum(-1)
-    return token_logprobs, entropy_BT, out.aux_loss
-
-
 class PolicyTrainer:
     def __init__(
         self, model: Transformer, config: TrainerConfig, reference: Transformer | None = None
@@ -97,6 +89,11 @@ class PolicyTrainer:
         B = len(trajectories)
         total_tokens = float(batch.mask_BT.sum().clamp(min=1))
         by_tokens = self.config.loss.aggregation == "token_mean"
+        loss_config = self.loss_config
+        if loss_config.aggregation == "dr_grpo":  # one constant for the whole step
+            loss_config = LossConfig(
+                **{**asdict(loss_config), "max_tokens": batch.mask_BT.shape[1]}
+            )
         sums = dict.fromkeys(("loss", "policy", "aux", "entropy", "clip", "tis", "mm", "kl"), 0.0)
         self.model.train()
         for start in range(0, B, self.config.micro_batch):
@@ -106,13 +103,8 @@ class PolicyTrainer:
             weight = tokens / total_tokens if by_tokens else (rows.stop - rows.start) / B
             if tokens == 0 and by_tokens:
                 continue
-            logprobs, entropy_BT, aux = _entropy_and_logprobs(self.model, micro)
+            logprobs, entropy_BT, aux = token_logprobs_and_entropy(self.model, micro)
             reference = self._reference_logprobs(micro)
-            loss_config = self.loss_config
-            if loss_config.aggregation == "dr_grpo":  # one constant for the whole step
-                loss_config = LossConfig(
-                    **{**asdict(loss_config), "max_tokens": batch.mask_BT.shape[1]}
-                )
             policy, stats = policy_loss(
                 logprobs, micro.behaviour_logprobs_BT, advantages_B[rows], micro.mask_BT,
                 loss_config, reference_logprobs_BT=reference,
@@ -148,5 +140,4 @@ class PolicyTrainer:
     def _reference_logprobs(self, micro: Batch) -> torch.Tensor | None:
         if self.reference is None or not self.config.loss.kl_coef:
             return None
-        logprobs = self.reference(micro.inputs_BT).logits.float().log_softmax(-1)
-        return logprobs.gather(-1, micro.targets_BT.unsqueeze(-1)).squeeze(-1)
+        return token_logprobs(self.reference, micro)[0]
