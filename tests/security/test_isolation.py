@@ -1,0 +1,145 @@
+"""Attacks on what a sandbox can reach: the network, the host's files, other sessions.
+
+Each test opens sessions through the environment's gRPC API, tries to reach something a
+policy must never reach, asserts it cannot, and asserts the session still works after.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+from etude.common.grpc_server import ServiceRuntime
+from etude.common.settings import ClientSettings, GrpcSettings
+from etude.common.toolcalls import ToolCall
+from etude.environment.client import GrpcEnvironment
+from etude.environment.server import registration
+from etude.environment.sessions import SessionManager
+from tests.environment.conftest import make_config
+
+pytestmark = pytest.mark.integration
+
+SECRET = "etude-host-secret-7f3a9c"
+
+
+def shell(command: str, index: int = 0) -> ToolCall:
+    return ToolCall("run_terminal_command", {"command": command}, f"call_{index}")
+
+
+@pytest.fixture
+async def environment(tmp_path, repo):
+    manager = SessionManager(make_config(tmp_path))
+    runtime = ServiceRuntime(
+        "environment", GrpcSettings(drain_seconds=0, grace_seconds=1), [registration(manager)]
+    )
+    await runtime.start()
+    client = GrpcEnvironment(runtime.address, ClientSettings(timeout_seconds=60))
+    try:
+        yield client
+    finally:
+        await client.close()
+        await runtime.shutdown()
+        await manager.close_all()
+
+
+async def run(env: GrpcEnvironment, session: str, command: str) -> str:
+    [result] = await env.execute(session, [shell(command)])
+    return result.output
+
+
+async def still_works(env: GrpcEnvironment, session: str) -> None:
+    output = await run(env, session, "echo alive > alive.txt && cat alive.txt")
+    assert output.startswith("alive\n")
+
+
+@pytest.fixture
+def host_listener():
+    """A TCP server on the host's loopback that records whether anyone connected."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    connected = threading.Event()
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            connected.set()
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], connected
+    stop.set()
+    server.close()
+    thread.join(timeout=2)
+
+
+async def test_the_sandbox_cannot_reach_host_ports(environment, repo, host_listener):
+    port, connected = host_listener
+    session = (await environment.create_session("t", str(repo))).session_id
+    probe = (
+        "import socket,sys\n"
+        "for host in ('127.0.0.1', 'localhost', '::1'):\n"
+        "    try:\n"
+        f"        socket.create_connection((host, {port}), timeout=1).close()\n"
+        "        print('CONNECTED', host)\n"
+        "    except OSError as error:\n"
+        "        print('refused', host, type(error).__name__)\n"
+    )
+    output = await run(environment, session, f"python3 -c {quote(probe)}")
+    assert "CONNECTED" not in output
+    assert not connected.is_set()
+    # No interface but loopback exists inside: nothing routes out.
+    interfaces = await run(environment, session, "ls /sys/class/net 2>/dev/null; cat /proc/net/dev")
+    assert "eth" not in interfaces and "ens" not in interfaces
+    await still_works(environment, session)
+
+
+async def test_host_files_outside_the_workspace_are_invisible(environment, repo, tmp_path):
+    secret_dir = tmp_path / "host-secrets"
+    secret_dir.mkdir()
+    (secret_dir / "token").write_text(SECRET)
+    session = (await environment.create_session("t", str(repo))).session_id
+    probes = [
+        f"cat {secret_dir}/token",
+        f"ls {tmp_path}",
+        "cat /etc/shadow",
+        "ls -a /root",
+        f"grep -rs {SECRET} /etc /tmp /home /root /var /opt /srv /mnt 2>/dev/null | head",
+    ]
+    for probe in probes:
+        assert SECRET not in await run(environment, session, probe), probe
+    # System directories are read-only: nothing the sandbox writes reaches the host's /usr.
+    await run(environment, session, "touch /usr/etude-escape 2>/dev/null; echo x > /etc/etude-x")
+    assert not os.path.exists("/usr/etude-escape") and not os.path.exists("/etc/etude-x")
+    await still_works(environment, session)
+
+
+async def test_one_session_cannot_see_another(environment, repo):
+    first = (await environment.create_session("t", str(repo))).session_id
+    second = (await environment.create_session("t", str(repo))).session_id
+    await run(environment, first, f"echo {SECRET} > private.txt; sleep 30 &")
+    probes = [
+        "cat private.txt",
+        f"grep -rs {SECRET} / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head -3",
+        "ps -eo pid,args 2>/dev/null || ls /proc",
+        "cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' '",
+    ]
+    for probe in probes:
+        output = await run(environment, second, probe)
+        assert SECRET not in output, probe
+        assert "sleep 30" not in output, probe
+    await still_works(environment, second)
+    await still_works(environment, first)
+
+
+def quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
