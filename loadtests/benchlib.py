@@ -68,10 +68,17 @@ def print_metrics(title: str, metrics: dict) -> None:
 def start_service(module: str, workdir: Path, **env: str) -> tuple[object, str]:
     """`python -m <module>` on free loopback ports with `env` added (ETUDE_* settings);
     returns the process and its gRPC address once its health check says SERVING."""
+    from etude.common.auth import write_tokens
     from etude.common.grpc_client import health_status
     from etude.common.net import free_port
     from etude.common.processes import spawn
+    from etude.common.settings import get_settings
 
+    if "ETUDE_AUTH__TOKENS_DIR" not in os.environ:
+        # Services require credentials: one set for this benchmark, held by its clients too.
+        write_tokens(workdir / "auth")
+        os.environ["ETUDE_AUTH__TOKENS_DIR"] = str(workdir / "auth")
+        get_settings.cache_clear()
     port = free_port()
     variables = {
         **os.environ,

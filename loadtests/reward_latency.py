@@ -19,11 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
 from benchlib import argument_parser, metric, percentile, print_metrics, start_service, write_json
 
 from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
+from etude.common.grpc_client import open_channel
 from etude.common.processes import terminate
+from etude.common.settings import ClientSettings
 from etude.environment.sandbox.bwrap import find_bwrap
 from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE
 from etude.tasks.synth.synthesize import SynthOptions, kept_mutants, load_project
@@ -31,7 +32,7 @@ from etude.tasks.task import read_jsonl
 
 
 async def score_latencies(address: str, tasks, repeats: int) -> list[float]:
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with open_channel(address, ClientSettings()) as channel:
         stub = reward_pb2_grpc.RewardServiceStub(channel)
 
         async def score(task) -> float:

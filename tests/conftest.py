@@ -6,24 +6,37 @@ own `@triton.jit` helpers (the combine functions of `tl.max`, `tl.sum`, ...) are
 that import, and a kernel interpreted later cannot call a compiled one. transformers and vLLM
 import triton, so this root conftest, which pytest loads before any test module, sets it
 (`import torch` does not import triton).
+
+Every service requires a credential, in tests too: this conftest makes one token per role for
+the test session and exports ETUDE_AUTH__TOKENS_DIR before any settings are read, so services
+started in-process or as subprocesses check against them and clients present them.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
-
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+import torch
 
+from etude.common.auth import write_tokens
 from etude.common.redis_server import RedisServer
+
+_TOKENS_DIR = tempfile.mkdtemp(prefix="etude-test-tokens-")
+atexit.register(shutil.rmtree, _TOKENS_DIR, ignore_errors=True)
+write_tokens(Path(_TOKENS_DIR))
+os.environ["ETUDE_AUTH__TOKENS_DIR"] = _TOKENS_DIR
+os.environ.pop("ETUDE_AUTH__ROLES", None)
+os.environ.pop("ETUDE_AUTH__REQUIRED", None)
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

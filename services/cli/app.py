@@ -91,7 +91,7 @@ def up(
 def _run_stack(stack: LocalStack, settings: EtudeSettings, smoke: bool) -> int:
     with console.status("Starting the local stack…"):
         stack.start()
-    status = read_status(stack.run_dir)
+    status = read_status(stack.run_dir, stack.tokens_dir)
     assert status is not None
     _print_status(status)
     if smoke:
@@ -115,7 +115,7 @@ def status(
 ) -> None:
     """Report the local stack: each component's address, metrics URL and health."""
     settings = settings_for(run_dir)
-    current = read_status(settings.stack.run_dir.resolve())
+    current = read_status(settings.stack.run_dir.resolve(), settings.auth.tokens_dir)
     if current is None or not current.supervisor_alive:
         if as_json:
             print(json.dumps({"running": False, "services": []}))
@@ -145,3 +145,10 @@ def _print_status(status: StackStatus) -> None:
         address = f"{c.address}\n{c.http_url}" if c.http_url else c.address
         table.add_row(c.name, address, c.metrics_url or "—", f"[{colour}]{c.health}[/]", pid)
     Console().print(table)
+    held = [f"{c.role} {c.fingerprint}" for c in status.credentials if c.fingerprint]
+    missing = [c.role for c in status.credentials if not c.fingerprint]
+    tokens_dir = Path(status.credentials[0].path).parent if status.credentials else None
+    Console().print(
+        f"credentials in {tokens_dir}: {', '.join(held) or 'none'}"
+        + (f" (missing: {', '.join(missing)})" if missing else "")
+    )

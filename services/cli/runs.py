@@ -18,7 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from etude.cli.stack import STATE_FILE, StackState
+from etude.cli.stack import STATE_FILE, StackState, settings_for
+from etude.common.auth import bearer_header
 from etude.common.run_config import RunConfigError, load_run_config
 from etude.common.settings import get_settings
 
@@ -54,11 +55,13 @@ def _gateway_url(gateway: str | None, run_dir: Path | None) -> str:
     )
 
 
-def _call(url: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+def _call(
+    url: str, method: str, path: str, body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Any:  # fmt: skip
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(
-        f"{url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    request = urllib.request.Request(f"{url}{path}", data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
             return json.loads(reply.read())
@@ -75,8 +78,10 @@ def _call(url: str, method: str, path: str, body: dict[str, Any] | None = None) 
 
 def _request(gateway: str | None, run_dir: Path | None, method: str, path: str,
              body: dict[str, Any] | None = None) -> Any:  # fmt: skip
+    # The gateway answers only the operator: this CLI presents the stack's operator token.
+    operator = bearer_header(settings_for(run_dir).auth, "operator")
     try:
-        return _call(_gateway_url(gateway, run_dir), method, path, body)
+        return _call(_gateway_url(gateway, run_dir), method, path, body, operator)
     except GatewayError as error:
         console.print(f"[red]{error}[/]")
         raise typer.Exit(1) from None

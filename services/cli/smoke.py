@@ -18,13 +18,13 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import redis.asyncio as aioredis
 from rich.console import Console
 from rich.table import Table
 
 from etude.api.v1 import common_pb2, inference_pb2, inference_pb2_grpc, reward_pb2, reward_pb2_grpc
 from etude.cli.status import StackStatus
+from etude.common.grpc_client import open_channel
 from etude.common.ids import new_id
 from etude.common.payloads import RolloutRequest
 from etude.common.queue import WorkQueue
@@ -88,7 +88,7 @@ async def queue_round_trip(redis_url: str, settings: EtudeSettings) -> Check:
 
 
 async def environment_round_trip(address: str, run_dir: Path, settings: EtudeSettings) -> Check:
-    repo = run_dir / "smoke-repository"
+    repo = run_dir / "tasks" / "smoke-repository"  # under the allowed repository roots
     repo.mkdir(parents=True, exist_ok=True)
     (repo / "hello.py").write_text("print('hello')\n")
     env = GrpcEnvironment(address, settings.client)
@@ -121,7 +121,7 @@ async def environment_round_trip(address: str, run_dir: Path, settings: EtudeSet
 async def search_round_trip(address: str, run_dir: Path, settings: EtudeSettings) -> Check:
     """codebase_search in an environment session finds a function written a moment ago:
     base index, the session's fork of it, the edit sent by write_file, a hybrid query."""
-    repo = run_dir / "smoke-repository"
+    repo = run_dir / "tasks" / "smoke-repository"  # under the allowed repository roots
     repo.mkdir(parents=True, exist_ok=True)
     (repo / "hello.py").write_text("print('hello')\n")
     env = GrpcEnvironment(address, settings.client)
@@ -148,7 +148,7 @@ async def reward_round_trip(address: str, settings: EtudeSettings) -> Check:
     """Grade the first bundled task with its gold patch: a real sandboxed test run."""
     task = next(read_jsonl(TASKS_FILE))
     started = time.perf_counter()
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with open_channel(address, settings.client, auth=settings.auth) as channel:
         reply = await reward_pb2_grpc.RewardServiceStub(channel).Score(
             reward_pb2.ScoreRequest(
                 task_id=common_pb2.TaskId(value=task.id), patch=task.gold_patch
@@ -173,7 +173,7 @@ async def inference_round_trip(address: str, settings: EtudeSettings) -> Check:
     started = time.perf_counter()
     first_token = None
     tokens, logprobs, versions = [], [], []
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with open_channel(address, settings.client, auth=settings.auth) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         async for chunk in stub.Generate(request, timeout=settings.client.timeout_seconds * 4):
             first_token = first_token or time.perf_counter()

@@ -4,6 +4,12 @@
 a service a gRPC health check reporting SERVING. The addresses go into a state file in the
 run directory for `etude status`. `stop()` takes everything down in reverse order; every
 child is also bound to die with its parent, so even a killed `etude up` leaves no orphan.
+
+Credentials: the stack keeps a token per role in `<run_dir>/auth` (mode 0600, made on the
+first start and reused after, so an `etude train` or `etude runs` joining a running stack
+holds valid ones), and Redis a password in its data directory. Each service is told where
+the tokens are and which role it presents (its own: the environment calls search as
+`environment`); authentication is always on for what the stack starts.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from subprocess import Popen
 
+from etude.common.auth import write_tokens
 from etude.common.grpc_client import health_status
 from etude.common.net import free_port
 from etude.common.processes import log_tail, spawn, terminate
@@ -29,6 +36,17 @@ STATE_FILE = "stack.json"
 LOCAL_SERVICES: tuple[str, ...] = ("inference", "search", "environment", "reward", "gateway")
 # Services that also answer HTTP (a port of their own, `ETUDE_<NAME>__HTTP_PORT`).
 HTTP_SERVICES = frozenset({"inference", "gateway"})
+# The roles whose tokens each kind of process presents when it calls another service
+# (a rollout worker is `rollout-<run>-<i>`); inference and search call nobody.
+SERVICE_ROLES: dict[str, tuple[str, ...]] = {
+    "inference": (),
+    "search": (),
+    "environment": ("environment",),
+    "reward": ("reward",),
+    "gateway": ("gateway",),
+    "rollout": ("rollout",),
+}
+AUTH_DIR = "auth"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +84,10 @@ class StackState:
 
     def write(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
+        # 0600: the Redis URL in it carries the password.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(asdict(self), indent=2))
         tmp.replace(path)  # readers never see half a file
 
     @classmethod
@@ -76,12 +97,26 @@ class StackState:
         return cls(components=components, **data)
 
 
+def tokens_dir_of(settings: EtudeSettings) -> Path:
+    """Where the stack's credentials are: ETUDE_AUTH__TOKENS_DIR, else `<run_dir>/auth`."""
+    return (settings.auth.tokens_dir or settings.stack.run_dir / AUTH_DIR).resolve()
+
+
 def settings_for(run_dir: Path | None) -> EtudeSettings:
-    """The process's settings, with the stack's run directory from `--run-dir` if given."""
+    """The process's settings, with the stack's run directory from `--run-dir` if given and
+    the stack's credentials as this process's own."""
     settings = get_settings()
     if run_dir is not None:
         stack = settings.stack.model_copy(update={"run_dir": run_dir})
         settings = settings.model_copy(update={"stack": stack})
+    if settings.auth.tokens_dir is None:
+        tokens_dir = tokens_dir_of(settings)
+        # Exported, not only set here: every channel of this process, its children and
+        # its local Ray actors read their credentials from the process's settings.
+        os.environ["ETUDE_AUTH__TOKENS_DIR"] = str(tokens_dir)
+        get_settings.cache_clear()
+        auth = settings.auth.model_copy(update={"tokens_dir": tokens_dir})
+        settings = settings.model_copy(update={"auth": auth})
     return settings
 
 
@@ -94,6 +129,7 @@ class LocalStack:
         self.settings = settings
         self.services = services
         self.run_dir = settings.stack.run_dir.resolve()
+        self.tokens_dir = tokens_dir_of(settings)
         self.redis: RedisServer | None = None
         self.processes: dict[str, Popen[bytes]] = {}
         self.addresses: dict[str, str] = {}
@@ -125,6 +161,7 @@ class LocalStack:
         """Start Redis and every service; raise StackError (after cleaning up) on failure."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         host = self.settings.stack.host
+        write_tokens(self.tokens_dir)
         try:
             self.redis = RedisServer(
                 data_dir=self.run_dir / "redis",
@@ -185,6 +222,7 @@ class LocalStack:
                 "ETUDE_GRPC__METRICS_PORT": str(metrics_port),
                 "ETUDE_REDIS__URL": self.redis_url,
                 "ETUDE_STACK__RUN_DIR": str(self.run_dir),
+                **self._auth_env(spec.name),
                 **self.addresses,
                 **http,
                 **dict(spec.env),
@@ -204,6 +242,14 @@ class LocalStack:
                 )
             terminate(proc, timeout=2)  # exited early (a port race) or never got healthy
         raise StackError(f"{spec.name} did not become healthy; its log says:\n{log_tail(log_path)}")
+
+    def _auth_env(self, name: str) -> dict[str, str]:
+        """Where a service finds the credentials, which it presents; never auth off."""
+        env = {"ETUDE_AUTH__TOKENS_DIR": str(self.tokens_dir), "ETUDE_AUTH__REQUIRED": "true"}
+        roles = SERVICE_ROLES.get(name.split("-")[0])
+        if roles is not None:
+            env["ETUDE_AUTH__ROLES"] = json.dumps(list(roles))
+        return env
 
     def _wait_serving(self, proc: Popen[bytes], address: str) -> bool:
         deadline = time.monotonic() + self.settings.stack.ready_timeout_seconds

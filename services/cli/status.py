@@ -1,15 +1,39 @@
-"""What `etude status` reports: each component of the local stack and its health."""
+"""What `etude status` reports: each component of the local stack and its health, and which
+credentials are set (role, file, fingerprint — never a token or the Redis password)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import redis
 
-from etude.cli.stack import STATE_FILE, StackState
+from etude.cli.stack import AUTH_DIR, STATE_FILE, StackState
+from etude.common.auth import ROLES, fingerprint, read_tokens
 from etude.common.grpc_client import health_status
 from etude.common.processes import pid_alive
+from etude.common.redis_server import redacted
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialStatus:
+    role: str
+    path: str
+    fingerprint: str | None
+    """`sha256:<12 hex>` of the token; None when the file is missing."""
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def credentials(tokens_dir: Path) -> list[CredentialStatus]:
+    tokens = read_tokens(tokens_dir)
+    return [
+        CredentialStatus(
+            role, str(tokens_dir / role), fingerprint(tokens[role]) if role in tokens else None
+        )
+        for role in ROLES
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +57,7 @@ class StackStatus:
     supervisor_alive: bool
     redis_url: str
     components: list[ComponentStatus]
+    credentials: list[CredentialStatus] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -43,9 +68,11 @@ class StackStatus:
             "run_dir": self.run_dir,
             "supervisor_pid": self.supervisor_pid,
             "supervisor_alive": self.supervisor_alive,
-            "redis_url": self.redis_url,
+            "redis_url": redacted(self.redis_url),
+            "redis_password_set": "@" in self.redis_url,
             "healthy": self.healthy,
             "services": [c.as_dict() for c in self.components],
+            "credentials": [c.as_dict() for c in self.credentials],
         }
 
 
@@ -61,8 +88,9 @@ def redis_health(url: str) -> str:
         client.close()
 
 
-def read_status(run_dir: Path) -> StackStatus | None:
-    """The stack recorded in `run_dir`, probed now; None when no stack was started there."""
+def read_status(run_dir: Path, tokens_dir: Path | None = None) -> StackStatus | None:
+    """The stack recorded in `run_dir`, probed now; None when no stack was started there.
+    `tokens_dir` unset: the stack's own, `<run_dir>/auth`."""
     path = run_dir / STATE_FILE
     if not path.is_file():
         return None
@@ -81,4 +109,5 @@ def read_status(run_dir: Path) -> StackStatus | None:
         pid_alive(state.supervisor_pid),
         state.redis_url,
         components,
+        credentials(tokens_dir or run_dir / AUTH_DIR),
     )

@@ -4,18 +4,24 @@ Retries are configured the gRPC way, through the channel's service config, so th
 to every stub on the channel: UNAVAILABLE (a restarting or not-yet-ready server) is retried
 with exponential backoff; other codes return at once. Every call gets the default deadline
 unless the caller passes its own `timeout=`.
+
+Every channel presents this process's credential (etude.common.auth): the token of a role
+it holds that the called method allows, from `ETUDE_AUTH__TOKENS_DIR`; over mTLS when
+certificates are configured. Health probes present no token (health is open).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import grpc
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from etude.common.auth import channel_credentials, client_interceptors, read_tokens
 from etude.common.grpc_server import message_size_options
-from etude.common.settings import ClientSettings
+from etude.common.settings import AuthSettings, ClientSettings, get_settings
 
 RETRYABLE_CODES = ("UNAVAILABLE",)
 
@@ -52,16 +58,39 @@ def channel_options(settings: ClientSettings, max_message_bytes: int) -> list[tu
     ]
 
 
-def insecure_channel(
-    target: str, settings: ClientSettings, max_message_bytes: int = 64 * 1024 * 1024
+def open_channel(
+    target: str,
+    settings: ClientSettings,
+    max_message_bytes: int = 64 * 1024 * 1024,
+    auth: AuthSettings | None = None,
+    tokens: Mapping[str, str] | None = None,
 ) -> aio.Channel:
-    """An asyncio channel to `target` (`host:port`) with the retry policy and size limits."""
-    return aio.insecure_channel(target, options=channel_options(settings, max_message_bytes))
+    """An asyncio channel to `target` (`host:port`) with the retry policy and size limits,
+    presenting `tokens` (role → token; unset: those `auth` names, by default the process's
+    ETUDE_AUTH__* settings) and using mTLS when `auth` configures it."""
+    auth = auth or get_settings().auth
+    if tokens is None:
+        tokens = read_tokens(auth.tokens_dir, auth.roles)
+    options = channel_options(settings, max_message_bytes)
+    interceptors = client_interceptors(tokens)
+    tls = channel_credentials(auth)
+    if tls is None:
+        return aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return aio.secure_channel(target, tls, options=options, interceptors=interceptors)
 
 
-def health_status(target: str, service: str = "", timeout: float = 2.0) -> str:
-    """`SERVING`, `NOT_SERVING`, `SERVICE_UNKNOWN`, or `UNREACHABLE` (a synchronous probe)."""
-    with grpc.insecure_channel(target) as channel:
+insecure_channel = open_channel
+"""The former name, kept for callers written before channels carried credentials."""
+
+
+def health_status(
+    target: str, service: str = "", timeout: float = 2.0, auth: AuthSettings | None = None
+) -> str:
+    """`SERVING`, `NOT_SERVING`, `SERVICE_UNKNOWN`, or `UNREACHABLE` (a synchronous probe;
+    no token, but over mTLS when configured, as the server accepts nothing else)."""
+    tls = channel_credentials(auth or get_settings().auth)
+    channel = grpc.insecure_channel(target) if tls is None else grpc.secure_channel(target, tls)
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)

@@ -1,12 +1,14 @@
-"""Server interceptor that records every call's status code and duration."""
+"""Server interceptor that records every call's status code and duration, and turns a
+request that does not decode into INVALID_ARGUMENT for every method."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -34,6 +36,44 @@ def _final_code(context: aio.ServicerContext, error: BaseException | None) -> gr
     if error is not None and not isinstance(error, aio.AbortError):
         return grpc.StatusCode.UNKNOWN  # what gRPC sends for an unhandled exception
     return grpc.StatusCode.OK
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes are not the method's message (truncated,
+    random, a string field that is not UTF-8), so the handler wrapper can refuse it."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def safe_deserializer(deserializer: Callable[[bytes], Any] | None):
+    """`deserializer`, returning `_Undecodable` instead of raising: gRPC would answer a
+    raising deserializer with UNKNOWN, which tells the caller nothing."""
+    if deserializer is None:
+        return None
+
+    def decode(data: bytes):
+        try:
+            return deserializer(data)
+        except Exception as error:  # protobuf's DecodeError, bad UTF-8 in a string field
+            return _Undecodable(str(error) or type(error).__name__)
+
+    return decode
+
+
+async def _decoded(request: Any, context: aio.ServicerContext) -> Any:
+    if isinstance(request, _Undecodable):
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT, f"the request does not decode: {request.reason}"
+        )
+    return request
+
+
+async def _decoded_stream(requests: AsyncIterator[Any], context: aio.ServicerContext):
+    async for request in requests:
+        yield await _decoded(request, context)
 
 
 @contextmanager
@@ -73,10 +113,16 @@ class MetricsInterceptor(aio.ServerInterceptor):
 
         # A streaming handler either yields (async generator) or awaits `context.write`;
         # the wrapper must keep the same shape, as gRPC forbids mixing the two.
+        async def decoded(request_or_iterator, context):
+            if handler.request_streaming:
+                return _decoded_stream(request_or_iterator, context)
+            return await _decoded(request_or_iterator, context)
+
         if inspect.isasyncgenfunction(behavior):
 
             async def wrapped(request_or_iterator, context):
                 with _observed(service, method, context):
+                    request_or_iterator = await decoded(request_or_iterator, context)
                     async for response in behavior(request_or_iterator, context):
                         yield response
 
@@ -84,6 +130,7 @@ class MetricsInterceptor(aio.ServerInterceptor):
 
             async def wrapped(request_or_iterator, context):
                 with _observed(service, method, context):
+                    request_or_iterator = await decoded(request_or_iterator, context)
                     return await behavior(request_or_iterator, context)
 
         factory = {
@@ -94,6 +141,6 @@ class MetricsInterceptor(aio.ServerInterceptor):
         }[(handler.request_streaming, handler.response_streaming)]
         return factory(
             wrapped,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=safe_deserializer(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )

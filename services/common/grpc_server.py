@@ -1,10 +1,11 @@
 """The gRPC server runtime every service runs in.
 
 It adds what each service would otherwise repeat: health checking and reflection, the
-metrics interceptor, a Prometheus `/metrics` endpoint, message-size limits, and graceful
-shutdown on SIGTERM — health turns NOT_SERVING, the server keeps answering for
-`drain_seconds` so probes and balancers move traffic away, then stops with `grace_seconds`
-for calls in flight.
+credential check (etude.common.auth: every call but health and reflection needs a role
+token the method allows; optional mTLS), the metrics interceptor, a Prometheus `/metrics`
+endpoint, message-size limits, and graceful shutdown on SIGTERM — health turns
+NOT_SERVING, the server keeps answering for `drain_seconds` so probes and balancers move
+traffic away, then stops with `grace_seconds` for calls in flight.
 
     runtime = ServiceRuntime("environment", settings.grpc, [Registration(...)])
     await runtime.serve()          # until SIGTERM / SIGINT
@@ -26,10 +27,16 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from etude.common.auth import (
+    AuthInterceptor,
+    Verifier,
+    metrics_authorizer,
+    server_credentials,
+)
 from etude.common.grpc_interceptors import MetricsInterceptor
 from etude.common.logging import configure_logging, log_fields
 from etude.common.metrics import MetricsEndpoint, start_metrics_endpoint
-from etude.common.settings import EtudeSettings, GrpcSettings, get_settings
+from etude.common.settings import AuthSettings, EtudeSettings, GrpcSettings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +61,19 @@ def message_size_options(max_message_bytes: int) -> list[tuple[str, int]]:
 
 class ServiceRuntime:
     def __init__(
-        self, name: str, settings: GrpcSettings, registrations: Sequence[Registration]
+        self,
+        name: str,
+        settings: GrpcSettings,
+        registrations: Sequence[Registration],
+        auth: AuthSettings | None = None,
     ) -> None:
+        """`auth` unset: the process's settings (ETUDE_AUTH__*)."""
         self.name = name
         self.settings = settings
         self.registrations = list(registrations)
+        self.auth = auth or get_settings().auth
+        # Read now, so a service without credentials fails at start, not at its first call.
+        self.verifier = Verifier.from_settings(self.auth)
         self.health = health.aio.HealthServicer()
         self.server: aio.Server | None = None
         self.metrics: MetricsEndpoint | None = None
@@ -81,7 +96,8 @@ class ServiceRuntime:
 
     async def start(self) -> None:
         server = aio.server(
-            interceptors=[MetricsInterceptor()],
+            # Metrics outermost, so calls the credential check refuses are counted by code.
+            interceptors=[MetricsInterceptor(), AuthInterceptor(self.verifier)],
             options=message_size_options(self.settings.max_message_bytes),
         )
         for registration in self.registrations:
@@ -95,12 +111,18 @@ class ServiceRuntime:
             ],
             server,
         )
-        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        bind = f"{self.settings.host}:{self.settings.port}"
+        tls = server_credentials(self.auth)
+        self.port = (
+            server.add_insecure_port(bind) if tls is None else server.add_secure_port(bind, tls)
+        )
         if self.port == 0:
             raise OSError(f"{self.name}: cannot bind {self.settings.host}:{self.settings.port}")
         await server.start()
         self.server = server
-        self.metrics = start_metrics_endpoint(self.settings.host, self.settings.metrics_port)
+        self.metrics = start_metrics_endpoint(
+            self.settings.host, self.settings.metrics_port, authorize=metrics_authorizer(self.auth)
+        )
         # "" is the whole server's status, the one probes ask for by default.
         for service in ["", *self.service_names]:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -169,7 +191,8 @@ def run_service(
 
     async def main() -> None:
         async with contextlib.AsyncExitStack() as resources:
-            runtime = ServiceRuntime(name, settings.grpc, await build(settings, resources))
+            registrations = await build(settings, resources)
+            runtime = ServiceRuntime(name, settings.grpc, registrations, settings.auth)
             await runtime.serve()
 
     asyncio.run(main())

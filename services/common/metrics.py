@@ -6,12 +6,14 @@ few and never hold a per-request id. A service's own instruments live in its `me
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from threading import Thread
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIServer, make_server
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import start_http_server as _start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler, make_wsgi_app
 
 # Latency buckets from 1 ms to 5 min: one set fits tool calls, generation and scoring.
 LATENCY_BUCKETS_SECONDS = (
@@ -52,8 +54,25 @@ class MetricsEndpoint:
 
 
 def start_metrics_endpoint(
-    host: str, port: int, registry: CollectorRegistry = REGISTRY
+    host: str,
+    port: int,
+    registry: CollectorRegistry = REGISTRY,
+    authorize: Callable[[str | None], bool] | None = None,
 ) -> MetricsEndpoint:
-    """Serve `/metrics` from a daemon thread; port 0 picks a free port."""
-    server, thread = _start_http_server(port, addr=host, registry=registry)
+    """Serve `/metrics` from a daemon thread; port 0 picks a free port. With `authorize`,
+    a request whose `Authorization` header it refuses gets 401."""
+    if authorize is None:
+        server, thread = _start_http_server(port, addr=host, registry=registry)
+        return MetricsEndpoint(server, thread)
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ, start_response):
+        if not authorize(environ.get("HTTP_AUTHORIZATION")):
+            start_response("401 Unauthorized", [("WWW-Authenticate", "Bearer")])
+            return [b"a credential is required\n"]
+        return metrics_app(environ, start_response)
+
+    server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_SilentHandler)
+    thread = Thread(target=server.serve_forever, daemon=True)
+    thread.start()
     return MetricsEndpoint(server, thread)

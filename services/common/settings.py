@@ -90,6 +90,30 @@ class StackSettings(Section):
     """How long a component may take to exit after SIGTERM before it is killed."""
 
 
+class AuthSettings(Section):
+    """Credentials of services and their callers (see etude.common.auth)."""
+
+    required: bool = True
+    """Refuse calls without a valid role token. `false` is a development switch only: it
+    logs a loud warning, and `etude up` never sets it."""
+    tokens_dir: Path | None = None
+    """Directory of credentials, one file per role as a Kubernetes Secret mounts them:
+    `<role>` holds the token this process presents, `<role>.sha256` the digest a server
+    checks callers against. The CLI uses `<run_dir>/auth` when unset."""
+    roles: tuple[str, ...] | None = None
+    """Roles whose tokens this process presents (a JSON list, e.g. `["rollout"]`; `[]`:
+    none); unset: every token file in `tokens_dir`."""
+    metrics_require_token: bool = False
+    """Serve `/metrics` only to callers presenting the operator token."""
+    tls_cert_file: Path | None = None
+    """mTLS: this process's certificate chain (PEM). With the key and CA set, servers
+    accept only clients with a certificate of that CA, and clients connect over TLS."""
+    tls_key_file: Path | None = None
+    """mTLS: the private key of `tls_cert_file` (PEM)."""
+    tls_ca_file: Path | None = None
+    """mTLS: the CA bundle peers' certificates must chain to (PEM)."""
+
+
 class ServiceAddresses(Section):
     """Where each service answers (`host:port`); `etude up` fills these in for the
     services it starts after the named one, a Helm release sets them to Service names."""
@@ -116,6 +140,7 @@ class EtudeSettings(BaseSettings):
     log: LogSettings = LogSettings()
     stack: StackSettings = StackSettings()
     services: ServiceAddresses = ServiceAddresses()
+    auth: AuthSettings = AuthSettings()
 
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]

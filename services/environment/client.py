@@ -14,7 +14,7 @@ import grpc
 from grpc import aio
 
 from etude.api.v1 import common_pb2, environment_pb2, environment_pb2_grpc
-from etude.common.grpc_client import insecure_channel
+from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.batch import ExecutedCall
@@ -81,7 +81,7 @@ _ERRORS = {
 
 class GrpcEnvironment:
     def __init__(self, target: str, settings: ClientSettings) -> None:
-        self.channel: aio.Channel = insecure_channel(target, settings)
+        self.channel: aio.Channel = open_channel(target, settings)
         self.stub = environment_pb2_grpc.EnvironmentServiceStub(self.channel)
 
     async def _call(self, method, request):

@@ -13,3 +13,8 @@ class SessionLimitError(RuntimeError):
 
 class RepositoryError(ValueError):
     """The repository to prepare does not exist or is not a directory."""
+
+
+class WalkLimitError(RuntimeError):
+    """A host-side walk of a workspace (Diff) ran past its deadline or its caps on entries or
+    bytes: the tree is too big, or something in it keeps the walk busy."""

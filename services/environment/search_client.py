@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from etude.api.v1 import search_pb2, search_pb2_grpc
-from etude.common.grpc_client import insecure_channel
+from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
 from etude.environment.tools.base import SearchHit
 
 
 class GrpcSearchBackend:
     def __init__(self, target: str, settings: ClientSettings) -> None:
-        self.channel = insecure_channel(target, settings)
+        self.channel = open_channel(target, settings)
         self.stub = search_pb2_grpc.SearchServiceStub(self.channel)
 
     async def index_workspace(self, workspace_id: str, root: Path | None, parent: str) -> None:

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,14 @@ from typing import Protocol
 from etude.common.logging import log_fields
 from etude.environment.tools.base import SearchHit, ToolError
 from etude.environment.tools.paths import resolve
+from etude.environment.tools.tree_scan import WalkBudget, scan_tree
 from etude.search.files import SKIPPED_DIRS, is_indexed_path
 
 log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 1 << 20  # larger files are not source; the service skips them too
+WALK_SECONDS = 30.0
+WALK_MAX_ENTRIES = 200_000
 
 
 class SearchIndexBackend(Protocol):
@@ -251,11 +253,8 @@ def _differences(
 
 def _walk(root: Path) -> list[str]:
     """The workspace's files the search service would index (the same rule, so nothing is
-    sent only to be dropped there)."""
-    found = []
-    for directory, subdirs, names in os.walk(root):
-        subdirs[:] = [d for d in subdirs if not d.startswith(".") and d not in SKIPPED_DIRS]
-        relative = os.path.relpath(directory, root)
-        paths = (n if relative == "." else f"{relative}/{n}" for n in names)
-        found += [p for p in paths if is_indexed_path(p)]
-    return found
+    sent only to be dropped there). Walked through fds, never into a link, FIFOs and devices
+    left out, within a budget (tools/tree_scan.py): the workspace is the policy's."""
+    budget = WalkBudget(WALK_SECONDS, WALK_MAX_ENTRIES, 0, what="the search index update")
+    scan = scan_tree(root, budget, lambda _path, name: name.startswith(".") or name in SKIPPED_DIRS)
+    return [path for path in scan.nodes if is_indexed_path(path)]

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from pathlib import Path
 
 import grpc
 
 from etude.api.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from etude.common.grpc_server import Registration
-from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
+from etude.common.request_checks import InvalidFieldError
+from etude.environment.errors import (
+    RepositoryError,
+    SessionLimitError,
+    SessionNotFoundError,
+    WalkLimitError,
+)
+from etude.environment.repositories import RepositoryNotAllowedError, allowed_repository
 from etude.environment.sandbox.sandbox import SandboxStartError
 from etude.environment.sessions import SessionManager
-from etude.environment.wire import call_from_proto, result_to_proto
+from etude.environment.wire import (
+    calls_from_proto,
+    create_from_proto,
+    result_to_proto,
+    session_id_from_proto,
+)
 
 SERVICE_NAME = environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"].full_name
 
@@ -22,6 +33,9 @@ _STATUS = {
     SessionNotFoundError: grpc.StatusCode.NOT_FOUND,
     SessionLimitError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     RepositoryError: grpc.StatusCode.INVALID_ARGUMENT,
+    WalkLimitError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    InvalidFieldError: grpc.StatusCode.INVALID_ARGUMENT,
+    RepositoryNotAllowedError: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 
@@ -33,21 +47,16 @@ async def _mapped_errors(context: grpc.aio.ServicerContext):
         await context.abort(_STATUS[type(error)], str(error))
 
 
-def _session(message: common_pb2.SessionId) -> str:
-    return message.value
-
-
 class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
     def __init__(self, manager: SessionManager) -> None:
         self.manager = manager
 
     async def CreateSession(self, request, context):
-        if not request.repository_path:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "repository_path is required")
+        config = self.manager.config
         async with _mapped_errors(context):
-            session = await self.manager.create(
-                request.task_id.value, Path(request.repository_path), request.idle_ttl_seconds
-            )
+            task_id, path, ttl = create_from_proto(request, config.max_idle_ttl_seconds)
+            repository = allowed_repository(path, config)
+            session = await self.manager.create(task_id, repository, ttl)
         return environment_pb2.CreateSessionResponse(
             session_id=common_pb2.SessionId(value=session.id),
             workspace_mode=session.layout.mode,
@@ -57,27 +66,27 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
     async def Execute(self, request, context):
         async with _mapped_errors(context):
             results = await self.manager.execute(
-                _session(request.session_id),
-                [call_from_proto(c) for c in request.calls],
+                session_id_from_proto(request.session_id),
+                calls_from_proto(request.calls),
                 request.parallel,
             )
         return environment_pb2.ExecuteResponse(results=[result_to_proto(r) for r in results])
 
     async def Fork(self, request, context):
         async with _mapped_errors(context):
-            session = await self.manager.fork(_session(request.session_id))
+            session = await self.manager.fork(session_id_from_proto(request.session_id))
         return environment_pb2.ForkResponse(session_id=common_pb2.SessionId(value=session.id))
 
     async def Diff(self, request, context):
         async with _mapped_errors(context):
-            diff = await self.manager.diff(_session(request.session_id))
+            diff = await self.manager.diff(session_id_from_proto(request.session_id))
         return environment_pb2.DiffResponse(
             unified_diff=diff.unified_diff, changed_paths=diff.changed_paths
         )
 
     async def CloseSession(self, request, context):
         async with _mapped_errors(context):
-            await self.manager.close(_session(request.session_id))
+            await self.manager.close(session_id_from_proto(request.session_id))
         return environment_pb2.CloseSessionResponse()
 
 

@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -22,17 +23,25 @@ from etude.environment.config import EnvironmentConfig
 from etude.environment.diff import WorkspaceDiff, diff_trees
 from etude.environment.errors import SessionLimitError, SessionNotFoundError
 from etude.environment.observer import EnvironmentObserver
-from etude.environment.sandbox.bwrap import Bwrap, check_bwrap_works, find_bwrap
+from etude.environment.sandbox.bwrap import WORKSPACE, Bwrap, check_bwrap_works, find_bwrap
 from etude.environment.sandbox.limits import CgroupSupport
 from etude.environment.sandbox.sandbox import Sandbox
 from etude.environment.search_sync import SearchIndexBackend, SearchSync
 from etude.environment.tools import TOOLS
-from etude.environment.tools.base import ToolArgumentError, ToolContext, ToolOutput
+from etude.environment.tools.base import (
+    SandboxNamespaces,
+    ToolArgumentError,
+    ToolContext,
+    ToolOutput,
+)
 from etude.environment.workspace import Layout, Mode, WorkspaceStore
 
 log = logging.getLogger(__name__)
 
 SHELL_TOOL = "run_terminal_command"
+HOST_WALK_THREADS = 4
+"""Threads for Diffs, apart from the default executor: however long one session's Diff runs
+(up to its deadline), session creation and the file tools of the others never wait for it."""
 
 
 @dataclass(slots=True)
@@ -47,10 +56,20 @@ class Session:
     idle_ttl: float
     last_used: float
     submitted: bool = False
+    diffing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One Diff of a session at a time: a session cannot hold every walk thread."""
 
     async def ready(self) -> Sandbox:
         await asyncio.shield(self.booting)
         return self.sandbox
+
+    async def running(self) -> Sandbox:
+        """The sandbox with a live shell: one that exited (`exit`, `exec`, `kill -9 $$`) is
+        restarted, so the workspace is reachable again (overlay mode shows it only while the
+        sandbox runs) and the diff and the file tools see the session's files."""
+        sandbox = await self.ready()
+        await sandbox.ensure_running()
+        return sandbox
 
 
 def choose_mode(config: EnvironmentConfig, bwrap: Bwrap | None) -> Mode:
@@ -93,6 +112,7 @@ class SessionManager:
             raise ValueError("EnvironmentConfig.root_dir must be set (see EnvironmentSettings)")
         self.store = WorkspaceStore(config.root_dir, self.mode)
         self.sessions: dict[str, Session] = {}
+        self._walks = ThreadPoolExecutor(HOST_WALK_THREADS, thread_name_prefix="etude-diff")
         self._starting = 0  # sessions being created, counted against the bound
         log.info(
             "environment ready",
@@ -132,7 +152,7 @@ class SessionManager:
     @staticmethod
     def _root_of(session: Session):
         async def root() -> Path:
-            return (await session.ready()).root
+            return (await session.running()).root
 
         return root
 
@@ -154,7 +174,7 @@ class SessionManager:
         parent = self.get(session_id)
         self._reserve()
         try:
-            parent_sandbox = await parent.ready()
+            parent_sandbox = await parent.running()
             layout = await asyncio.to_thread(
                 self.store.fork, parent.layout, new_id("se"), parent_sandbox.root
             )
@@ -170,7 +190,7 @@ class SessionManager:
     ) -> list[ExecutedCall]:
         session = self.get(session_id)
         session.last_used = time.monotonic()
-        sandbox = await session.ready()
+        sandbox = await session.running()
         context = ToolContext(
             session_id=session.id,
             root=sandbox.root,
@@ -186,6 +206,11 @@ class SessionManager:
         )
 
         async def run(call: ToolCall) -> ExecutedCall:
+            # A shell command earlier in the batch may have ended the shell: the next call
+            # gets a restarted sandbox and its workspace handle. Read-only calls run together
+            # but never end the shell, so they all see the same root.
+            current = await session.running()
+            context.root, context.namespaces = current.root, _namespaces(current)
             return await self._run_tool(context, call)
 
         results = await run_batch(calls, run, _is_read_only, parallel)
@@ -209,8 +234,11 @@ class SessionManager:
 
     async def diff(self, session_id: str) -> WorkspaceDiff:
         session = self.get(session_id)
-        sandbox = await session.ready()
-        return await asyncio.to_thread(diff_trees, session.layout.base, sandbox.root)
+        async with session.diffing:
+            sandbox = await session.running()
+            return await asyncio.get_running_loop().run_in_executor(
+                self._walks, diff_trees, session.layout.base, sandbox.root
+            )
 
     async def close(self, session_id: str, reason: str = "closed") -> None:
         session = self.sessions.pop(session_id, None)
@@ -244,6 +272,12 @@ class SessionManager:
         for session_id in list(self.sessions):
             with contextlib.suppress(SessionNotFoundError):
                 await self.close(session_id, reason="shutdown")
+
+
+def _namespaces(sandbox: Sandbox) -> SandboxNamespaces | None:
+    if sandbox.backend != "bwrap" or not sandbox.init_pid:
+        return None
+    return SandboxNamespaces(sandbox.init_pid, WORKSPACE)
 
 
 def _is_read_only(name: str) -> bool:

@@ -1,10 +1,46 @@
-"""Conversions between the environment's core types and its protobuf messages."""
+"""Conversions between the environment's core types and its protobuf messages, with the
+bounds a request must respect (`InvalidFieldError` otherwise). Arguments' values are the
+policy's own text and stay unchecked: a tool turns a bad one into an observation."""
 
 from __future__ import annotations
 
-from etude.api.v1 import common_pb2
+from etude.api.v1 import common_pb2, environment_pb2
+from etude.common.request_checks import (
+    InvalidFieldError,
+    check_count,
+    check_finite,
+    check_path,
+    check_text,
+)
 from etude.common.toolcalls import ToolCall
 from etude.environment.batch import ExecutedCall
+
+MAX_CALLS = 256
+"""Tool calls in one Execute."""
+MAX_NAME_BYTES = 256
+"""A tool's name, and an argument's name."""
+MAX_ARGUMENTS = 64
+
+
+def session_id_from_proto(message: common_pb2.SessionId) -> str:
+    return check_text(message.value, "session_id", required=True)
+
+
+def create_from_proto(
+    request: environment_pb2.CreateSessionRequest, max_idle_ttl: float
+) -> tuple[str, str, float]:
+    """(task id, repository path, idle TTL: 0 for the configured default)."""
+    task_id = check_text(request.task_id.value, "task_id")
+    path = check_path(request.repository_path, "repository_path", required=True)
+    ttl = check_finite(request.idle_ttl_seconds, "idle_ttl_seconds", minimum=0)
+    if ttl > max_idle_ttl:
+        raise InvalidFieldError(f"idle_ttl_seconds must be ≤ {max_idle_ttl}, not {ttl}")
+    return task_id, path, ttl
+
+
+def calls_from_proto(messages) -> list[ToolCall]:
+    check_count(messages, "calls", MAX_CALLS)
+    return [call_from_proto(message) for message in messages]
 
 
 def call_to_proto(call: ToolCall) -> common_pb2.ToolCall:
@@ -12,6 +48,11 @@ def call_to_proto(call: ToolCall) -> common_pb2.ToolCall:
 
 
 def call_from_proto(message: common_pb2.ToolCall) -> ToolCall:
+    check_text(message.id, "call id")
+    check_text(message.name, "call name", max_bytes=MAX_NAME_BYTES)
+    check_count(message.arguments, f"arguments of {message.name}", MAX_ARGUMENTS)
+    for key in message.arguments:
+        check_text(key, f"argument name of {message.name}", max_bytes=MAX_NAME_BYTES)
     return ToolCall(name=message.name, arguments=dict(message.arguments), id=message.id)
 
 

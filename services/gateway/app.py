@@ -3,7 +3,9 @@
 Every answer about a run comes from Redis, so the gateway keeps no state of its own. When
 Redis does not answer, Redis-backed endpoints say so with 503 (the client may retry), never
 500. Request bodies are validated by the models below, so a bad document gets a 422 that
-names the offending field.
+names the offending field. Every endpoint but `/health` (and the API's own docs) needs the
+operator's token (`Authorization: Bearer <token>`): 401 without a valid one, 403 for a
+token of another role.
 """
 
 from __future__ import annotations
@@ -16,27 +18,38 @@ from pathlib import Path
 from typing import Annotated
 
 import redis.asyncio as aioredis
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from redis import exceptions as redis_errors
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from etude.common.auth import OPERATOR_ONLY, Verifier
 from etude.common.run_config import RunConfig
 from etude.common.runs import RUN_ID_PATTERN, TERMINAL, RunNotFoundError, RunRecord, RunRegistry
+from etude.common.settings import get_settings
 from etude.gateway.launcher import Launcher
 from etude.gateway.metrics import REQUEST_SECONDS, REQUESTS
+from etude.gateway.validation import StrictJSONRoute, confine_run_paths, gateway_run_dir
 from etude.tasks.materialize import HELD_OUT_PROJECTS, TASKS_FILE
 from etude.tasks.task import read_jsonl
 
 
 class StartRun(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     config: RunConfig = Field(default_factory=RunConfig)
-    """The run config document, as `etude train` reads it from YAML."""
+    """The run config document, as `etude train` reads it from YAML. Its `output_dir`
+    (default: `<run dir>/runs`) and any task-set or checkpoint path must lie under the
+    gateway's run directory."""
     run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
     """Unset: `<config.name>-<random>`."""
+
+    @model_validator(mode="after")
+    def _paths_inside_the_run_dir(self) -> StartRun:
+        self.config = confine_run_paths(self.config, gateway_run_dir())
+        return self
 
 
 class Run(BaseModel):
@@ -111,7 +124,33 @@ class RequestMetrics:
             REQUEST_SECONDS.labels(route).observe(time.perf_counter() - started)
 
 
+def operator_only(verifier: Verifier):
+    """A dependency that lets a request through only with the operator's token."""
+    scheme = HTTPBearer(auto_error=False, description="The operator role's token.")
+
+    # A default, not `Annotated[..., Depends(scheme)]`: with postponed annotations FastAPI
+    # would have to resolve the local `scheme` from a string.
+    async def authorize(
+        credentials: HTTPAuthorizationCredentials | None = Depends(scheme),  # noqa: B008
+    ) -> None:
+        token = credentials.credentials if credentials is not None else None
+        code = verifier.check(token, OPERATOR_ONLY)
+        if code is None:
+            return
+        if verifier.role_of(token) is None:
+            raise HTTPException(
+                401, "a credential is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+        raise HTTPException(403, "this endpoint is for the operator role")
+
+    return authorize
+
+
 NOT_FOUND = {404: {"model": Problem, "description": "No such run."}}
+DENIED = {
+    401: {"model": Problem, "description": "No valid token."},
+    403: {"model": Problem, "description": "A token of another role."},
+}
 UNAVAILABLE = {503: {"model": Problem, "description": "Redis does not answer."}}
 
 
@@ -122,9 +161,12 @@ def create_app(
     prefix: str = "etude",
     tasks_file: Path = TASKS_FILE,
     redis_timeout_seconds: float = 2.0,
+    verifier: Verifier | None = None,
 ) -> FastAPI:
     """The gateway over the Redis at `redis_url`; `launcher` starts each created run. The
-    Redis client is made in the app's lifespan, on the loop that serves the requests."""
+    Redis client is made in the app's lifespan, on the loop that serves the requests.
+    `verifier` unset: the process's credentials (ETUDE_AUTH__*)."""
+    guarded = [Depends(operator_only(verifier or Verifier.from_settings(get_settings().auth)))]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -146,6 +188,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(RequestMetrics)
+    app.router.route_class = StrictJSONRoute  # every route below: non-finite numbers → 422
 
     def registry(request: Request) -> RunRegistry:
         return request.app.state.registry
@@ -164,7 +207,12 @@ def create_app(
         await registry(request).redis.ping()
         return Health(status="ok")
 
-    @app.post("/runs", status_code=201, responses={409: {"model": Problem}, **UNAVAILABLE})
+    @app.post(
+        "/runs",
+        status_code=201,
+        responses={409: {"model": Problem}, **DENIED, **UNAVAILABLE},
+        dependencies=guarded,
+    )
     async def start_run(request: Request, body: StartRun) -> Run:
         """Record a run as queued and hand it to the launcher."""
         runs = registry(request)
@@ -181,14 +229,16 @@ def create_app(
             raise HTTPException(500, f"run {record.run_id!r} failed: {message}") from error
         return Run.of(record)
 
-    @app.get("/runs", responses=UNAVAILABLE)
+    @app.get("/runs", responses={**DENIED, **UNAVAILABLE}, dependencies=guarded)
     async def list_runs(
         request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100
     ) -> list[Run]:
         """The newest runs first."""
         return [Run.of(r) for r in await registry(request).list(limit)]
 
-    @app.get("/runs/{run_id}", responses={**NOT_FOUND, **UNAVAILABLE})
+    @app.get(
+        "/runs/{run_id}", responses={**NOT_FOUND, **DENIED, **UNAVAILABLE}, dependencies=guarded
+    )
     async def get_run(request: Request, run_id: str) -> Run:
         """A run's status, step, policy version and latest metrics."""
         return Run.of(await registry(request).get(run_id))
@@ -196,7 +246,8 @@ def create_app(
     @app.post(
         "/runs/{run_id}/stop",
         status_code=202,
-        responses={**NOT_FOUND, 409: {"model": Problem}, **UNAVAILABLE},
+        responses={**NOT_FOUND, 409: {"model": Problem}, **DENIED, **UNAVAILABLE},
+        dependencies=guarded,
     )
     async def stop_run(request: Request, run_id: str) -> Run:
         """Ask a run to stop; the training loop ends it at its next step. 409 when it
@@ -206,7 +257,7 @@ def create_app(
             raise HTTPException(409, f"run {run_id!r} has already ended ({record.status})")
         return Run.of(record)
 
-    @app.get("/tasksets")
+    @app.get("/tasksets", responses=DENIED, dependencies=guarded)
     async def tasksets() -> list[TaskSet]:
         """The bundled task sets and how their tasks divide into train and held out."""
         return list(_bundled_tasksets(tasks_file))

@@ -7,17 +7,24 @@ trainer runs) and `vllm` (etude.inference.vllm_backend).
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import torch
 
+from etude.common.request_checks import InvalidFieldError, check_text
+
 FinishReason = Literal["stop", "length", "cancelled"]
 
 
 class InferenceError(Exception):
     """A request the backend refuses (bad sampling parameters, prompt too long...)."""
+
+
+class EngineFault(RuntimeError):
+    """An internal error of the engine ended this request; the backend keeps serving."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,12 +80,29 @@ class EngineStats:
     """Fraction of the KV cache in use, 0..1."""
 
 
+MAX_COMPLETIONS = 128
+"""Most completions one request may ask for where the backend has no tighter bound."""
+MAX_TOKENS = (1 << 31) - 1
+"""What the wire's int32 carries; the context length ends a completion well before."""
+MAX_STOP_STRINGS, MAX_STOP_CHARS, MAX_STOP_TOKEN_IDS = 32, 1024, 1024
+SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
+
+
 def validate_request(
     request: GenerationRequest, *, max_model_len: int, vocab_size: int, max_n: int | None = None
 ) -> None:
-    """Raise InferenceError naming every problem of a request any backend would refuse."""
+    """Raise InferenceError naming every problem of a request any backend would refuse.
+
+    Every number must be finite and in range before it reaches the sampler: one NaN
+    temperature turns the probabilities into NaN, and the sampling step fails for the
+    whole batch."""
     p, prompt = request.sampling, request.prompt_token_ids
+    max_n = max_n or MAX_COMPLETIONS
     problems = []
+    try:
+        check_text(request.request_id, "request_id", required=True)
+    except InvalidFieldError as error:
+        problems.append(str(error))
     if not prompt:
         problems.append("the prompt is empty")
     elif len(prompt) >= max_model_len:
@@ -88,17 +112,25 @@ def validate_request(
         )
     elif not all(0 <= t < vocab_size for t in prompt):
         problems.append(f"prompt token ids must be in 0..{vocab_size - 1}")
-    if p.max_tokens < 1:
-        problems.append("max_tokens must be at least 1")
-    if p.n < 1 or (max_n is not None and p.n > max_n):
-        problems.append(f"n must be in 1..{max_n}" if max_n else "n must be at least 1")
-    if p.temperature < 0:
-        problems.append("temperature must be ≥ 0")
-    if not 0 < p.top_p <= 1:
-        problems.append("top_p must be in (0, 1]")
-    if p.top_k < 0:
-        problems.append("top_k must be ≥ 0 (0 disables it)")
-    if not all(0 <= t < vocab_size for t in p.stop_token_ids):
+    if not 1 <= p.max_tokens <= MAX_TOKENS:
+        problems.append(f"max_tokens must be in 1..{MAX_TOKENS}")
+    if not 1 <= p.n <= max_n:
+        problems.append(f"n must be in 1..{max_n}")
+    if not (math.isfinite(p.temperature) and p.temperature >= 0):
+        problems.append(f"temperature must be a finite number ≥ 0, not {p.temperature!r}")
+    if not 0 < p.top_p <= 1:  # False for NaN as well
+        problems.append(f"top_p must be in (0, 1], not {p.top_p!r}")
+    if p.top_k < -1:
+        problems.append("top_k must be ≥ 0 (0 or -1 disable it)")
+    if p.seed is not None and not SEED_RANGE[0] <= p.seed <= SEED_RANGE[1]:
+        problems.append("seed must fit in a signed 64-bit integer")
+    if len(p.stop) > MAX_STOP_STRINGS:
+        problems.append(f"stop has {len(p.stop)} strings; at most {MAX_STOP_STRINGS}")
+    elif not all(0 < len(s) <= MAX_STOP_CHARS for s in p.stop):
+        problems.append(f"stop strings must have 1..{MAX_STOP_CHARS} characters")
+    if len(p.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+        problems.append(f"stop_token_ids has more than {MAX_STOP_TOKEN_IDS} entries")
+    elif not all(0 <= t < vocab_size for t in p.stop_token_ids):
         problems.append(f"stop_token_ids must be in 0..{vocab_size - 1}")
     if problems:
         raise InferenceError("; ".join(problems))

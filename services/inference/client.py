@@ -12,7 +12,7 @@ import torch
 from grpc import aio
 
 from etude.api.v1 import inference_pb2, inference_pb2_grpc
-from etude.common.grpc_client import insecure_channel
+from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
 from etude.inference.backend import CompletionDelta, GenerationRequest, InferenceError
 from etude.inference.weight_stream import DEFAULT_CHUNK_BYTES, chunks
@@ -38,7 +38,7 @@ class GrpcInference:
     def __init__(
         self, target: str, settings: ClientSettings | None = None, max_message_bytes: int = 64 << 20
     ) -> None:
-        self.channel: aio.Channel = insecure_channel(
+        self.channel: aio.Channel = open_channel(
             target, settings or ClientSettings(), max_message_bytes
         )
         self.stub = inference_pb2_grpc.InferenceServiceStub(self.channel)

@@ -126,6 +126,9 @@ class TorchEngine:
                 raise InferenceError(
                     f"{name}: shape {tuple(tensor.shape)} != the model's {tuple(target.shape)}"
                 )
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                # NaN weights make every later sampling step fail: refuse them here.
+                raise InferenceError(f"{name} holds NaN or infinite values")
             staged.append((name, tensor, expert))
         with self._lock:
             self._updates.append(_WeightUpdate(version, staged, done))

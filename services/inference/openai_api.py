@@ -22,7 +22,9 @@ from etude.inference.serving import Serving
 
 
 class CompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and infinity (JSON's `NaN`, or `1e999`) are refused here; the ranges of the
+    # sampling parameters are checked once, for both APIs, by the backend's validation.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str | None = None
     prompt: str | list[int]

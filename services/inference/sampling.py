@@ -8,6 +8,10 @@ import torch
 
 from etude.inference.backend import SamplingParams
 
+GREEDY_BELOW = 1e-5
+"""Temperatures under this sample greedily, as vLLM does: dividing logits by 1e-30 makes
+them infinite, and softmax of infinities is NaN."""
+
 
 def sequence_generator(
     seed: int | None, index: int, device: torch.device | str = "cpu"
@@ -51,7 +55,7 @@ def sample(
     logprobs_BV = logits_BV.log_softmax(-1)
     tokens: list[int] = []
     for row, (p, generator) in enumerate(zip(params, generators, strict=True)):
-        if p.temperature == 0:
+        if p.temperature < GREEDY_BELOW:
             tokens.append(int(logits_BV[row].argmax()))
             continue
         probs = filter_logits(logits_BV[row], p).softmax(-1)

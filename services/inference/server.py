@@ -9,7 +9,7 @@ import grpc
 
 from etude.api.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from etude.common.grpc_server import Registration
-from etude.inference.backend import InferenceError
+from etude.inference.backend import EngineFault, InferenceError
 from etude.inference.serving import Serving
 from etude.inference.weight_stream import WeightStreamError, assemble
 from etude.inference.wire import chunk_to_proto, request_from_proto
@@ -30,6 +30,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             first = await anext(stream)
         except InferenceError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except EngineFault as error:  # this request failed; the engine goes on serving
+            await context.abort(grpc.StatusCode.INTERNAL, str(error))
         except RuntimeError as error:  # the engine died
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
         # A client that goes away cancels this handler; closing the stream frees the cache.
@@ -37,6 +39,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             yield chunk_to_proto(first)
             async for delta in stream:
                 yield chunk_to_proto(delta)
+        except EngineFault as error:
+            await context.abort(grpc.StatusCode.INTERNAL, str(error))
         finally:
             await stream.aclose()
 

@@ -1,20 +1,33 @@
 """The `torch` backend: `TorchEngine` stepped by one background thread, behind the async
-`InferenceBackend` interface."""
+`InferenceBackend` interface.
+
+A step that raises fails the requests in flight (each caller gets `EngineFault`), frees
+their cache slots and the engine goes on serving: one bad batch must not take the service
+down while its health check still says SERVING."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import torch
 
-from etude.inference.backend import CompletionDelta, EngineStats, GenerationRequest
+from etude.inference.backend import (
+    CompletionDelta,
+    EngineFault,
+    EngineStats,
+    GenerationRequest,
+    InferenceError,
+)
 from etude.inference.engine import EngineConfig, TorchEngine
 from etude.model.checkpoint import from_pretrained
 from etude.model.model import Transformer
 from etude.model.tokenizer import load_tokenizer
+
+log = logging.getLogger(__name__)
 
 
 class TorchBackend:
@@ -35,6 +48,9 @@ class TorchBackend:
         self._wake = threading.Event()
         self._stopping = False
         self._error: BaseException | None = None
+        # Requests in flight, and how to tell each that the engine failed it.
+        self._failures: dict[str, Callable[[BaseException], None]] = {}
+        self._failures_lock = threading.Lock()  # the engine thread reads it
         self._thread = threading.Thread(target=self._loop, name="torch-engine", daemon=True)
         self._thread.start()
 
@@ -72,23 +88,36 @@ class TorchBackend:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
         self._raise_if_dead()
         loop = asyncio.get_running_loop()
-        deltas: asyncio.Queue[CompletionDelta] = asyncio.Queue()
+        deltas: asyncio.Queue[CompletionDelta | BaseException] = asyncio.Queue()
 
-        def sink(delta: CompletionDelta) -> None:  # engine thread
+        def sink(delta: CompletionDelta | BaseException) -> None:  # engine thread
             loop.call_soon_threadsafe(deltas.put_nowait, delta)
 
-        self.engine.add_request(request, sink)
-        self._wake.set()
-        remaining = request.sampling.n
+        request_id = request.request_id
+        # The engine keys its state by request id: a second request under a live id would
+        # take over the first one's entry and leak its cache slots.
+        with self._failures_lock:
+            if request_id in self._failures:
+                raise InferenceError(f"request id {request_id!r} is already in flight")
+            self._failures[request_id] = sink
+        remaining = 0
         try:
+            self.engine.add_request(request, sink)
+            remaining = request.sampling.n
+            self._wake.set()
             while remaining:
                 delta = await deltas.get()
+                if isinstance(delta, BaseException):
+                    remaining = 0  # the engine has already ended the request
+                    raise EngineFault(f"the engine failed this request: {delta!r}") from delta
                 if delta.finish_reason is not None:
                     remaining -= 1
                 yield delta
         finally:
+            with self._failures_lock:
+                self._failures.pop(request_id, None)
             if remaining:  # the caller stopped listening: free the request's cache slots
-                self.engine.abort(request.request_id)
+                self.engine.abort(request_id)
                 self._wake.set()
 
     async def update_weights(self, version: int, tensors: Iterable[tuple[str, torch.Tensor]]):
@@ -122,10 +151,21 @@ class TorchBackend:
                 continue
             try:
                 self.engine.step()
-            except BaseException as error:  # a fatal engine error: refuse further requests
+            except Exception as error:
+                self._fail_in_flight(error)
+            except BaseException as error:  # the thread itself is ending: refuse requests
                 self._error = error
                 self.engine.cancel_all()
                 raise
+
+    def _fail_in_flight(self, error: Exception) -> None:
+        """Fail every request the failed step may have touched, free their slots, carry on."""
+        log.exception("the torch engine's step failed; failing the requests in flight")
+        with self._failures_lock:
+            failures = list(self._failures.values())
+        for fail in failures:
+            fail(error)  # queued before the "cancelled" endings below, so it is seen first
+        self.engine.cancel_all()
 
     def _raise_if_dead(self) -> None:
         if self._error is not None:

@@ -196,6 +196,8 @@ def _checked(
             raise InferenceError(
                 f"{name}: shape {tuple(tensor.shape)} != the model's {shapes[name]}"
             )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise InferenceError(f"{name} holds NaN or infinite values")
     return named
 
 

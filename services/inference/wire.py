@@ -12,6 +12,9 @@ from etude.inference.backend import (
     SamplingParams,
 )
 
+MAX_PROMPT_TEXT_CHARS = 1 << 20
+"""Far more than any context holds (a token is rarely over 16 characters)."""
+
 _FINISH_REASONS = {
     "stop": inference_pb2.FINISH_REASON_STOP,
     "length": inference_pb2.FINISH_REASON_LENGTH,
@@ -31,6 +34,9 @@ def request_from_proto(message: inference_pb2.GenerateRequest, tokenizer) -> Gen
             raise InferenceError(f"{name} has fields this server does not know: {unknown}")
     if not message.request_id:
         raise InferenceError("request_id is required")
+    if len(message.prompt_text) > MAX_PROMPT_TEXT_CHARS:
+        # Tokenizing runs on the event loop: a 64 MB text would stall every other call.
+        raise InferenceError(f"prompt_text is longer than {MAX_PROMPT_TEXT_CHARS} characters")
     prompt = tuple(message.prompt_token_ids) or tuple(tokenizer.encode(message.prompt_text))
     s = message.sampling
     sampling = SamplingParams(

@@ -21,7 +21,9 @@ async def build(
     if config.environment_address:
         environment = GrpcEnvironment(config.environment_address, settings.client)
         resources.push_async_callback(environment.close)
-    grader = Grader(config, find_bwrap(None))
+    sandbox = settings.environment  # the sessions' limits, binds and backend
+    bwrap = None if sandbox.backend == "process" else find_bwrap(sandbox.bwrap_path)
+    grader = Grader(config, bwrap, sandbox)
     return [registration(RewardServicer(grader, TaskStore(config.tasks_files), environment))]
 
 

@@ -6,7 +6,7 @@ import grpc
 from grpc import aio
 
 from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
-from etude.common.grpc_client import insecure_channel
+from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
 from etude.reward.grader import Score
 
@@ -18,7 +18,7 @@ class RewardRequestError(ValueError):
 class GrpcReward:
     def __init__(self, target: str, settings: ClientSettings | None = None) -> None:
         self.settings = settings or ClientSettings()
-        self.channel: aio.Channel = insecure_channel(target, self.settings)
+        self.channel: aio.Channel = open_channel(target, self.settings)
         self.stub = reward_pb2_grpc.RewardServiceStub(self.channel)
 
     async def score(

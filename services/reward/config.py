@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field
 
 from etude.common.settings import EtudeSettings, Section
+from etude.environment.config import EnvironmentConfig
 from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE
 
 
@@ -33,6 +34,9 @@ class RewardConfig(Section):
 
 class RewardSettings(EtudeSettings):
     reward: RewardConfig = RewardConfig()
+    # The sessions' sandbox section (`ETUDE_ENVIRONMENT__*`), read here too so the hidden
+    # tests run under the same rlimits, cgroup limits, binds and bwrap as a session.
+    environment: EnvironmentConfig = EnvironmentConfig()
 
     def resolved(self) -> RewardConfig:
         """The reward section with the defaults that depend on other sections filled."""

@@ -1,13 +1,20 @@
 """Grading a patch: apply it to a fresh copy of the task's base repository (never the
-agent's own workspace), restore and add the hidden tests, run them in a sandbox with a
-timeout, and turn the per-test results into a reward and its components."""
+agent's own workspace), put test files and test infrastructure back as the base has
+them, refuse code that reaches into the test runner, install the hidden tests and the
+canaries, run them in a sandbox with the sessions' limits, and turn the per-test results
+into a reward and its components.
+
+The patch is hostile input (the policy is optimised against this reward): every path it
+names is confined to the copy (`changes.py`), the test run cannot be configured by it
+(`etude.tasks.testrun`), and an outcome that cannot be trusted scores 0 with
+`tampered` = 1 and the reason in `Score.error` (`tamper.py`, `canaries.py`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -15,8 +22,12 @@ from pathlib import Path
 
 from etude.environment.config import EnvironmentConfig
 from etude.environment.sandbox.bwrap import Bwrap
+from etude.reward.canaries import plant, violation
+from etude.reward.changes import changed_paths, regular_file, restore
 from etude.reward.config import RewardConfig
 from etude.reward.functions import REWARD_FUNCTIONS, Outcome
+from etude.reward.tamper import added_lines, decode, is_reverted, runner_access
+from etude.tasks.grading_config import UnsupportedTestCommand
 from etude.tasks.materialize import materialize
 from etude.tasks.repo import PatchError, apply_patch
 from etude.tasks.task import Task
@@ -24,7 +35,6 @@ from etude.tasks.testrun import run_pytest
 
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.MULTILINE)
 _PLAIN_FILE = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
-_TEST_PATH = re.compile(r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,33 +62,19 @@ def patched_files(patch: str) -> list[str]:
     return sorted(n for n in names if n != "/dev/null")
 
 
-def _added_lines(patch: str) -> dict[str, frozenset[int]]:
-    """Line numbers (in the new file) that the patch adds or changes, per file."""
-    lines: dict[str, set[int]] = {}
-    current, number = None, 0
-    for line in patch.splitlines():
-        if line.startswith("+++ "):
-            current = line[4:].removeprefix("b/")
-            lines.setdefault(current, set())
-        elif line.startswith("@@"):
-            number = int(re.search(r"\+(\d+)", line)[1])
-        elif current and line.startswith("+"):
-            lines[current].add(number)
-            number += 1
-        elif current and not line.startswith("-") and not line.startswith("\\"):
-            number += 1
-    return {path: frozenset(found) for path, found in lines.items()}
-
-
 class Grader:
-    def __init__(self, config: RewardConfig, bwrap: Bwrap | None) -> None:
+    def __init__(
+        self, config: RewardConfig, bwrap: Bwrap | None, sandbox: EnvironmentConfig | None = None
+    ) -> None:
+        """`sandbox`: the limits and binds of the test run, the sessions' own
+        (`RewardSettings.environment`); unset, the environment's defaults."""
         if config.reward_function not in REWARD_FUNCTIONS:
             known = ", ".join(sorted(REWARD_FUNCTIONS))
             raise ValueError(f"unknown reward function {config.reward_function!r}; known: {known}")
         assert config.cache_dir is not None
         self.config = config
         self.bwrap = bwrap
-        self.sandbox = EnvironmentConfig()
+        self.sandbox = sandbox or EnvironmentConfig()
         self._materialize_lock = asyncio.Lock()
 
     async def score(self, task: Task, patch: str) -> Score:
@@ -95,12 +91,12 @@ class Grader:
         )  # fmt: skip
 
     def _grade(self, task: Task, patch: str, base: Path) -> Score:
-        touched = patched_files(patch)
-        hidden = set(patched_files(task.test_patch))
-        touches_tests = any(_TEST_PATH.search(p) or p in hidden for p in touched)
         components = {
             "patch_lines": float(sum(1 for line in patch.splitlines() if line[:1] in "+-")),
-            "touched_tests": float(touches_tests),
+            "touched_tests": 0.0,
+            "reverted_files": 0.0,
+            "runner_access": 0.0,
+            "tampered": 0.0,
         }
         with tempfile.TemporaryDirectory(prefix="etude-grade-") as scratch:
             workdir = Path(scratch) / "repo"
@@ -109,20 +105,37 @@ class Grader:
                 apply_patch(workdir, patch)
             except PatchError as error:
                 return Score(0.0, components, error=f"the patch does not apply: {error}")
-            changed = {
-                path: ((workdir / path).read_text(errors="replace"), lines)
-                for path, lines in _added_lines(patch).items()
-                if path.endswith(".py") and (workdir / path).is_file()
-            }
+            hidden = set(patched_files(task.test_patch))
+            changes = changed_paths(base, workdir)
+            reverted = [p for p in changes if is_reverted(p) and p not in hidden]
+            for path in reversed(reverted):  # deepest first: a reverted directory goes last
+                restore(base, workdir, path)
+            components["touched_tests"] = float(bool(reverted) or bool(hidden & set(changes)))
+            components["reverted_files"] = float(len(reverted))
+            kept = [p for p in changes if p not in hidden and p not in reverted]
+            changed, findings = self._inspect(base, workdir, kept)
+            if findings:
+                components |= {"runner_access": float(len(findings)), "tampered": 1.0}
+                shown = "; ".join(map(str, findings[:5]))
+                return Score(0.0, components, error=f"tampered: runner access: {shown}")
             try:
-                self._install_hidden_tests(workdir, task)
+                self._install_hidden_tests(base, workdir, task)
             except PatchError as error:
                 message = f"the task's hidden tests do not apply: {error}"
                 return Score(0.0, components, error=message)
-            run = run_pytest(
-                workdir, task.test_command, bwrap=self.bwrap, config=self.sandbox,
-                timeout_s=self.config.timeout_seconds,
-            )  # fmt: skip
+            test_files = sorted(
+                {t.split("::")[0] for t in (*task.fail_to_pass, *task.pass_to_pass)}
+            )
+            present = [f for f in test_files if regular_file(workdir, f) is not None]
+            canaries, canary_module = plant(workdir, present)
+            try:
+                run = run_pytest(
+                    workdir, task.test_command, bwrap=self.bwrap, config=self.sandbox,
+                    timeout_s=self.config.timeout_seconds,
+                    test_paths=(canary_module, *present), options_from=base,
+                )  # fmt: skip
+            except UnsupportedTestCommand as error:
+                return Score(0.0, components, error=str(error))
         components["test_seconds"] = run.seconds
         fail_to_pass = {t: run.passed(t) for t in task.fail_to_pass}
         pass_to_pass = {t: run.passed(t) for t in task.pass_to_pass}
@@ -135,18 +148,34 @@ class Grader:
         }
         if run.timed_out:
             return Score(0.0, components, fail_to_pass, pass_to_pass, timed_out=True)
+        if problem := violation(run, canaries):
+            components["tampered"] = 1.0
+            return Score(0.0, components, fail_to_pass, pass_to_pass, error=f"tampered: {problem}")
         outcome = Outcome(fail_to_pass, pass_to_pass, changed)
         reward = REWARD_FUNCTIONS[self.config.reward_function](outcome)
-        reward -= self.config.test_edit_penalty * touches_tests
+        reward -= self.config.test_edit_penalty * components["touched_tests"]
         return Score(reward, components, fail_to_pass, pass_to_pass)
 
-    def _install_hidden_tests(self, workdir: Path, task: Task) -> None:
+    @staticmethod
+    def _inspect(base: Path, workdir: Path, paths: list[str]):
+        """The changed Python sources (for style rewards) and what they newly do to the
+        test runner."""
+        changed: dict[str, tuple[str, frozenset[int]]] = {}
+        findings = []
+        for path in paths:
+            after = regular_file(workdir, path)
+            if after is None:
+                continue
+            before = regular_file(base, path)
+            findings += runner_access(path, before, after)
+            if path.endswith(".py"):
+                changed[path] = (decode(after), added_lines(before, after))
+        return changed, findings
+
+    @staticmethod
+    def _install_hidden_tests(base: Path, workdir: Path, task: Task) -> None:
         """Put back every file the test patch touches as the base has it (discarding the
         agent's edits to them), then apply the test patch."""
         for path in patched_files(task.test_patch):
-            restored = subprocess.run(
-                ["git", "checkout", "-q", "HEAD", "--", path], cwd=workdir, capture_output=True
-            )
-            if restored.returncode != 0:  # not in the base: the test patch creates it
-                (workdir / path).unlink(missing_ok=True)
+            restore(base, workdir, path)
         apply_patch(workdir, task.test_patch)

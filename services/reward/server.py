@@ -6,11 +6,16 @@ import grpc
 
 from etude.api.v1 import reward_pb2, reward_pb2_grpc
 from etude.common.grpc_server import Registration
+from etude.common.request_checks import InvalidFieldError, check_text
 from etude.environment.client import EnvironmentClient
 from etude.environment.errors import SessionNotFoundError
 from etude.reward.grader import Grader, Score
 from etude.reward.metrics import OUTCOMES, SCORE_SECONDS
 from etude.reward.store import TaskNotFoundError, TaskStore
+
+MAX_PATCH_BYTES = 16 << 20
+"""A larger patch is refused before grading: applying and diffing it would hold the
+grader's sandbox and memory for a change no episode makes."""
 
 SERVICE_NAME = reward_pb2.DESCRIPTOR.services_by_name["RewardService"].full_name
 
@@ -38,6 +43,13 @@ class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
         self.environment = environment
 
     async def Score(self, request, context):
+        try:
+            check_text(request.task_id.value, "task_id", required=True)
+            check_text(request.session_id.value, "session_id")
+            if len(request.patch) > MAX_PATCH_BYTES:  # characters: at least as many bytes
+                raise InvalidFieldError(f"patch is longer than {MAX_PATCH_BYTES} characters")
+        except InvalidFieldError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         try:
             task = self.tasks.get(request.task_id.value)
         except TaskNotFoundError as error:

@@ -29,6 +29,10 @@ class SearchConfig(Section):
     through an HNSW graph (usearch)."""
     max_file_bytes: int = Field(default=1 << 20, ge=1)
     """Files larger than this, and files that are not UTF-8 text, are not indexed."""
+    index_roots: tuple[Path, ...] = ()
+    """Directories IndexWorkspace may index (strictly inside, symlinks resolved): where the
+    environment keeps its task bases; unset: `<stack run dir>/environment/bases`, the
+    environment's default. Anything else is PERMISSION_DENIED."""
     max_query_chars: int = Field(default=2_000, ge=1)
     """Longer queries are refused with INVALID_ARGUMENT."""
     max_k: int = Field(default=100, ge=1)
@@ -46,6 +50,10 @@ class SearchSettings(EtudeSettings):
 
     def resolved(self) -> SearchConfig:
         """The search section with the defaults that depend on other sections filled."""
+        run_dir = self.stack.run_dir
         return self.search.model_copy(
-            update={"cache_dir": self.search.cache_dir or self.stack.run_dir / "search-cache"}
+            update={
+                "cache_dir": self.search.cache_dir or run_dir / "search-cache",
+                "index_roots": self.search.index_roots or (run_dir / "environment" / "bases",),
+            }
         )

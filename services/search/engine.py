@@ -27,6 +27,7 @@ Mode = Literal["hybrid", "vector", "lexical"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "lexical")
 SNIPPET_MAX_LINES = 30
 SNIPPET_MAX_CHARS = 2_000
+MAX_PATH_BYTES = 4096
 
 
 class WorkspaceNotFoundError(KeyError):
@@ -235,6 +236,8 @@ class SearchEngine:
 
 
 def _check_path(path: str) -> None:
+    if "\0" in path or len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise SearchArgumentError("a path must hold no NUL and be at most 4096 bytes long")
     if not path or path.startswith("/") or posixpath.normpath(path) != path or path == "..":
         raise SearchArgumentError(
             f"path {path!r} must be relative to the workspace and normalised (no `..`)"

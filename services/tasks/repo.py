@@ -69,9 +69,16 @@ def unified_diff(path: str, before: str | None, after: str | None) -> str:
 
 
 def apply_patch(workdir: Path, patch: str) -> None:
-    """`git apply` the patch in `workdir` (a git repository or not)."""
+    """`git apply` the patch in `workdir` (a git repository or not).
+
+    git refuses paths inside `.git`, above `workdir` and beyond a symlink, but it does
+    create symlinks that point anywhere: a patch that leaves a symlink reaching out of
+    `workdir` (new, or retargeted) is refused, so nothing that later writes or deletes
+    under `workdir` can be sent to the host. The tree may then hold the patch's changes.
+    """
     if not patch.strip():
         return
+    escaping_before = _escaping_symlinks(workdir)
     # Without a ceiling, a `workdir` inside another repository (a cache under a checkout)
     # makes git apply the patch relative to that repository's root, silently skipping it.
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(workdir.resolve().parent)}
@@ -81,6 +88,22 @@ def apply_patch(workdir: Path, patch: str) -> None:
     )  # fmt: skip
     if done.returncode != 0:
         raise PatchError(done.stderr.decode(errors="replace").strip() or "patch does not apply")
+    if escaping := sorted(_escaping_symlinks(workdir) - escaping_before):
+        path, target = escaping[0]
+        raise PatchError(f"{path} would be a symlink to {target}, outside the repository")
+
+
+def _escaping_symlinks(root: Path) -> set[tuple[str, str]]:
+    """(path, target) of every symlink under `root` that resolves outside it."""
+    top = Path(os.path.realpath(root))
+    found = set()
+    for directory, subdirs, names in os.walk(root):  # does not descend into symlinks
+        for name in [*subdirs, *names]:
+            link = Path(directory, name)
+            if link.is_symlink() and not Path(os.path.realpath(link)).is_relative_to(top):
+                found.add((str(link.relative_to(root)), os.readlink(link)))
+        subdirs[:] = [d for d in subdirs if d != ".git" or directory != str(root)]
+    return found
 
 
 def copy_files(source: Path, target: Path, files: list[str]) -> None:

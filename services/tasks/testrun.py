@@ -1,24 +1,45 @@
 """Running a pytest suite in a one-off sandbox and reading its results per test id.
 
-Used to grade (the reward service) and to synthesize tasks. The suite runs under bwrap
-with no network and the environment's limits; results come from pytest's JUnit XML
-(`junit_family=xunit1`, whose `file` attribute turns a test case back into its node id).
+Used to grade (the reward service) and to synthesize tasks. The run is built so the tree
+under test cannot steer it (see `grading_plugin.py` for the in-sandbox half):
+- the real pytest of this interpreter, started in isolated mode, with plugin autoloading
+  off and no configuration file of the tree (`-c /dev/null`): the options come from
+  `options_from`, the repository as the task built it, before any patch;
+- the results come over a pipe the grader alone reads, as HMAC-sealed records; nothing
+  is read back from the tree (no JUnit file in it);
+- the sandbox joins a fresh cgroup (memory + pids, the sessions' limits) that is emptied
+  and removed at the end and on timeout, so no process outlives the run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import hmac
+import json
+import os
+import secrets
 import subprocess
+import sys
+import tempfile
+import threading
 import time
-import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import Bwrap, bind_args, sandbox_argv
+from etude.environment.sandbox.bwrap import WORKSPACE, Bwrap, bind_args, sandbox_argv
 from etude.environment.sandbox.limits import CgroupSupport, SessionCgroup, limited
+from etude.environment.sandbox.procs import descendants, kill_all
+from etude.tasks.grading_config import command_args, override_args, read_options
 
-JUNIT_NAME = ".etude-junit.xml"
-PYTEST_ARGS = ("-p", "no:cacheprovider", "-o", "junit_family=xunit1", "-q")
+PLUGIN_SOURCE = Path(__file__).with_name("grading_plugin.py")
+# Options the grader always sets; they come after the task's own so they win.
+FIXED_ARGS = ("-p", "no:cacheprovider", "-c", "/dev/null", "--color=no", "-q")
+MAX_CHANNEL_BYTES = 64 * 1024**2
+OUTPUT_TAIL_CHARS = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +52,13 @@ class TestRun:
     timed_out: bool = False
     seconds: float = 0.0
     output: str = ""
+    collection_errors: dict[str, str] = field(default_factory=dict)
+    """node id of a file or directory that failed to collect → its message."""
+    complete: bool = False
+    """Whether pytest returned and said so over the channel (not killed, not `os._exit`)."""
+    problem: str = ""
+    """Why the channel cannot be trusted (a record with a bad seal, out of order, too
+    much data), else empty."""
 
     def passed(self, test_id: str) -> bool:
         return self.outcomes.get(test_id) == "passed"
@@ -40,6 +68,11 @@ class TestRun:
         return sorted(t for t, o in self.outcomes.items() if o in {"failed", "error"})
 
 
+@lru_cache(maxsize=1)
+def host_cgroups() -> CgroupSupport:
+    return CgroupSupport.detect()
+
+
 def run_pytest(
     workdir: Path,
     command: str,
@@ -47,52 +80,182 @@ def run_pytest(
     bwrap: Bwrap | None,
     config: EnvironmentConfig,
     timeout_s: float,
+    test_paths: tuple[str, ...] = (),
+    options_from: Path | None = None,
+    cgroups: CgroupSupport | None = None,
 ) -> TestRun:
-    """Run `command` (a pytest invocation) in `workdir`, sandboxed when `bwrap` is given."""
-    junit = workdir / JUNIT_NAME
-    junit.unlink(missing_ok=True)
-    shell = f"{command} {' '.join(PYTEST_ARGS)} --junitxml={JUNIT_NAME}"
-    inner = ["/bin/bash", "-c", shell]
+    """Run the pytest arguments of `command` on `workdir`, sandboxed when `bwrap` is given.
+
+    `test_paths` (relative to `workdir`) are what to collect (empty: the configured
+    `testpaths`); `options_from` is the tree whose pytest configuration applies
+    (default: `workdir` itself, for trusted trees); `cgroups` defaults to what the host
+    offers. Raises `UnsupportedTestCommand` for a command that is not pytest."""
+    workspace = WORKSPACE if bwrap is not None else str(workdir.resolve())
+    args = [
+        *command_args(command),
+        *override_args(read_options(options_from or workdir), workspace),
+        *FIXED_ARGS,
+        f"--rootdir={workspace}",
+        f"--confcutdir={workspace}",
+        *test_paths,
+    ]
+    key = secrets.token_bytes(32)
+    key_read, key_write = _high_pipe()
+    os.write(key_write, key.hex().encode())
+    os.close(key_write)
+    report_read, report_write = _high_pipe()
+    spec = {"workspace": workspace, "key_fd": key_read, "report_fd": report_write, "args": args}
+    python = [
+        # -B and a cache prefix that cannot exist: no bytecode is written, and none planted
+        # in the tree's `__pycache__` is ever read instead of the source.
+        sys.executable, "-I", "-B", "-X", "pycache_prefix=/dev/null/pycache",
+        "-c", PLUGIN_SOURCE.read_text(), json.dumps(spec),
+    ]  # fmt: skip
     if bwrap is not None:
-        inner = sandbox_argv(
+        python = sandbox_argv(
             bwrap, workspace_args=bind_args(workdir), ro_binds=config.ro_binds, info_fd=None,
-            command=inner,
+            command=python,
         )  # fmt: skip
-    no_cgroup = SessionCgroup(CgroupSupport(0, {}), "", config)
-    argv = limited(inner, config, no_cgroup)
+    cgroup = SessionCgroup(
+        cgroups or host_cgroups(), f"etude-grade-{os.getpid()}-{secrets.token_hex(6)}", config
+    )
+    reader = _ChannelReader(report_read, key.hex().encode())
     started = time.perf_counter()
     try:
-        done = subprocess.run(
-            argv, cwd=workdir, capture_output=True, timeout=timeout_s, start_new_session=True
-        )
-    except subprocess.TimeoutExpired as expired:
-        output = (expired.stdout or b"").decode(errors="replace")
-        return TestRun(timed_out=True, seconds=time.perf_counter() - started, output=output)
-    seconds = time.perf_counter() - started
-    output = (done.stdout + done.stderr).decode(errors="replace")
-    outcomes, messages = parse_junit(junit) if junit.exists() else ({}, {})
-    return TestRun(outcomes, messages, done.returncode, False, seconds, output)
+        with tempfile.TemporaryFile() as output:
+            process = subprocess.Popen(
+                limited(python, config, cgroup), cwd=workdir, stdin=subprocess.DEVNULL,
+                stdout=output, stderr=subprocess.STDOUT, pass_fds=(key_read, report_write),
+                start_new_session=True, env=_host_env(),
+            )  # fmt: skip
+            os.close(key_read)
+            os.close(report_write)
+            reader.start()
+            timed_out = False
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            _kill_everything(process, cgroup)
+            process.wait()
+            seconds = time.perf_counter() - started
+            reader.join(5)
+            text = _tail(output)
+    finally:
+        cgroup.remove()
+        reader.close()
+    if timed_out:
+        return TestRun(timed_out=True, seconds=seconds, output=text)
+    return TestRun(
+        reader.outcomes(), reader.messages, process.returncode, False, seconds, text,
+        reader.collection_errors, reader.done, reader.problem,
+    )  # fmt: skip
 
 
-def parse_junit(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    outcomes: dict[str, str] = {}
-    messages: dict[str, str] = {}
-    for case in ElementTree.parse(path).getroot().iter("testcase"):
-        test_id = node_id(case.get("file", ""), case.get("classname", ""), case.get("name", ""))
-        outcome = "passed"
-        for child in case:
-            if child.tag in {"failure", "error", "skipped"}:
-                outcome = {"failure": "failed"}.get(child.tag, child.tag)
-                if outcome != "skipped":
-                    messages[test_id] = (child.get("message") or "").strip()
-                break
-        outcomes[test_id] = outcome
-    return outcomes, messages
+def _high_pipe() -> tuple[int, int]:
+    """A pipe whose ends are numbered above the descriptors the sandbox's launcher uses
+    for itself (it redirects 10 and 11), so passing them cannot collide."""
+    ends = []
+    for fd in os.pipe():
+        ends.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64))
+        os.close(fd)
+    return ends[0], ends[1]
 
 
-def node_id(file: str, classname: str, name: str) -> str:
-    """pytest's node id from a JUnit test case: `tests/test_x.py::TestY::test_z[1]`."""
-    module = file.removesuffix(".py").replace("/", ".")
-    inner = classname.removeprefix(module).strip(".") if module else ""
-    parts = [file or classname, *([inner] if inner else []), name]
-    return "::".join(parts)
+def _host_env() -> dict[str, str]:
+    """What the process backend sees (bwrap clears it anyway): no PYTHON*/PYTEST* of the
+    service's own environment."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+
+
+def _kill_everything(process: subprocess.Popen, cgroup: SessionCgroup) -> None:
+    """Every process of the run: its cgroup's (stopped first, so a fork bomb cannot
+    refill freed slots), else its process tree."""
+    if cgroup.dirs:
+        kill_all(cgroup.pids)
+    else:
+        kill_all(lambda: [process.pid, *descendants(process.pid)] if process.poll() is None
+                 else descendants(process.pid))  # fmt: skip
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+
+
+def _tail(output) -> str:
+    size = output.seek(0, os.SEEK_END)
+    output.seek(max(0, size - 4 * OUTPUT_TAIL_CHARS))
+    return output.read().decode(errors="replace")[-OUTPUT_TAIL_CHARS:]
+
+
+class _ChannelReader(threading.Thread):
+    """Reads and verifies the records of one run, in a thread (a full pipe would block
+    the run)."""
+
+    def __init__(self, fd: int, key: bytes) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.key = fd, key
+        self.phases: dict[str, dict[str, dict]] = {}
+        self.messages: dict[str, str] = {}
+        self.collection_errors: dict[str, str] = {}
+        self.done = False
+        self.problem = ""
+        self._expected_seq = 0
+
+    def run(self) -> None:
+        buffered, total = b"", 0
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self.fd, 65536):
+                total += len(chunk)
+                if total > MAX_CHANNEL_BYTES:
+                    self._distrust("more results than any suite produces")
+                    return
+                buffered += chunk
+                *lines, buffered = buffered.split(b"\n")
+                for line in lines:
+                    self._record(line)
+        if buffered:
+            self._distrust("a partial record")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def _distrust(self, why: str) -> None:
+        self.problem = self.problem or why
+
+    def _record(self, line: bytes) -> None:
+        body, _, seal = line.rpartition(b"\t")
+        expected = hmac.new(self.key, body, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(expected.encode(), seal):
+            return self._distrust("a result record with a bad seal")
+        record = json.loads(body)
+        if record.get("seq") != self._expected_seq or self.done:
+            return self._distrust("result records out of order")
+        self._expected_seq += 1
+        if record["kind"] == "test":
+            self.phases.setdefault(record["nodeid"], {})[record["when"]] = record
+        elif record["kind"] == "collect":
+            self.collection_errors[record["nodeid"]] = record["message"]
+        elif record["kind"] == "done":
+            self.done = True
+
+    def outcomes(self) -> dict[str, str]:
+        """Per test: error (setup or teardown failed), failed, skipped or passed."""
+        found = {}
+        for test_id, phases in self.phases.items():
+            setup, call, teardown = (phases.get(w) for w in ("setup", "call", "teardown"))
+            if setup and setup["outcome"] == "failed":
+                outcome, failed = "error", setup
+            elif call and call["outcome"] == "failed":
+                outcome, failed = "failed", call
+            elif teardown and teardown["outcome"] == "failed":
+                outcome, failed = "error", teardown
+            elif any(p and p["outcome"] == "skipped" for p in (setup, call)):
+                outcome, failed = "skipped", None  # skipped, or xfailed as expected
+            elif call and call["outcome"] == "passed":
+                outcome, failed = "passed", None
+            else:
+                outcome, failed = "error", None  # no call phase: never ran
+            found[test_id] = outcome
+            if failed is not None:
+                self.messages[test_id] = failed["message"]
+        return found

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from etude.common.auth import metrics_authorizer
 from etude.common.metrics import start_metrics_endpoint
 from etude.common.payloads import Trajectory
 from etude.common.run_config import RunConfig
@@ -122,7 +123,11 @@ class TrainingRun:
             self.orchestrator.restore(self.state.extra["orchestrator"])
         self.reporter = Reporter(self.output_dir)
         # The trainer's Prometheus endpoint (ETUDE_GRPC__METRICS_PORT; 0 picks a free port).
-        endpoint = start_metrics_endpoint(settings.grpc.host, settings.grpc.metrics_port)
+        endpoint = start_metrics_endpoint(
+            settings.grpc.host,
+            settings.grpc.metrics_port,
+            authorize=metrics_authorizer(settings.auth),
+        )
         self.resources.callback(endpoint.close)
         self.metrics_url = f"http://{settings.grpc.host}:{endpoint.port}/metrics"
         log.info("trainer metrics at %s", self.metrics_url)

@@ -24,6 +24,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "raycluster": {"trainer": {"mode": "raycluster"}},
     "monitoring-off": {"monitoring": {"enabled": False}},
     "no-keda": {"keda": {"enabled": False}},
+    "mtls": {
+        "tls": {"enabled": True, "issuerRef": {"name": "etude-ca", "kind": "ClusterIssuer"}},
+        "auth": {"existingSecret": "etude-credentials", "metricsRequireToken": True},
+        "trainer": {"mode": "raycluster"},
+    },
     "minimal": {
         "trainer": {"enabled": False},
         "search": {"enabled": False},

@@ -53,7 +53,10 @@ def test_services_are_configured_for_a_cluster(rendered) -> None:
         assert container["command"] == ["python", "-m", f"etude.{component}"]
         assert env["ETUDE_GRPC__HOST"] == "0.0.0.0"
         assert env["ETUDE_GRPC__PORT"] == "50051"
-        assert env["ETUDE_REDIS__URL"] == "redis://etude-redis:6379/0"
+        # The password comes from the Secret, expanded from the variable defined before.
+        assert env["ETUDE_REDIS__URL"] == "redis://:$(ETUDE_REDIS_PASSWORD)@etude-redis:6379/0"
+        names = [e["name"] for e in container["env"]]
+        assert names.index("ETUDE_REDIS_PASSWORD") < names.index("ETUDE_REDIS__URL")
         assert env["ETUDE_SERVICES__SEARCH"] == "etude-search:50051"
         assert env["ETUDE_SERVICES__INFERENCE"] == "etude-inference:50051"
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):

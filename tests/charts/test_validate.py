@@ -16,7 +16,7 @@ from tests.charts.conftest import SCENARIOS
 from tests.charts.crd_schema import load_crd_schemas
 
 KUBERNETES_VERSIONS = ("1.29.0", "1.30.0", "1.33.0")
-CUSTOM_GROUPS = ("ray.io/", "keda.sh/", "monitoring.coreos.com/")
+CUSTOM_GROUPS = ("ray.io/", "keda.sh/", "monitoring.coreos.com/", "cert-manager.io/")
 
 
 def _is_custom(obj) -> bool:
@@ -56,6 +56,8 @@ def test_custom_resources_match_their_crds(rendered, scenario: str) -> None:
         if not _is_custom(obj):
             continue
         key = (obj["apiVersion"], obj["kind"])
+        if key[0].startswith("cert-manager.io/") and key not in schemas:
+            continue  # no cert-manager CRD in ../shared/crds: test_credentials checks these
         assert key in schemas, f"no CRD for {key}"
         errors = sorted(jsonschema.Draft7Validator(schemas[key]).iter_errors(obj), key=str)
         assert not errors, [

@@ -19,11 +19,12 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from etude.api.v1 import common_pb2, trainer_pb2, trainer_pb2_grpc
-from etude.common.grpc_client import health_status, insecure_channel
+from etude.common.auth import read_tokens
+from etude.common.grpc_client import health_status, open_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.net import free_port
 from etude.common.processes import spawn
-from etude.common.settings import ClientSettings, GrpcSettings
+from etude.common.settings import ClientSettings, GrpcSettings, get_settings
 from tests.support.probe_service import SERVICE_NAME, ProbeTrainer, registration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +117,7 @@ async def test_reflection_lists_every_service():
 async def test_metrics_endpoint_counts_calls_by_code():
     async with serving() as (runtime, _):
         before = scrape(runtime.metrics_url)
-        async with grpc.aio.insecure_channel(runtime.address) as channel:
+        async with open_channel(runtime.address, ClientSettings()) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
             for _ in range(3):
                 await stub.Status(status_request("ok"), timeout=5)
@@ -136,7 +137,7 @@ async def test_metrics_endpoint_counts_calls_by_code():
 async def test_a_passed_deadline_is_deadline_exceeded_on_both_sides():
     async with serving() as (runtime, _):
         before = scrape(runtime.metrics_url)
-        async with grpc.aio.insecure_channel(runtime.address) as channel:
+        async with open_channel(runtime.address, ClientSettings()) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as error:
                 await stub.Status(status_request("sleep=5"), timeout=0.3)
@@ -152,7 +153,7 @@ async def test_a_passed_deadline_is_deadline_exceeded_on_both_sides():
 
 async def test_an_oversize_message_is_refused_and_the_server_lives_on():
     async with serving(max_message_bytes=4096) as (runtime, _):
-        async with grpc.aio.insecure_channel(runtime.address) as channel:
+        async with open_channel(runtime.address, ClientSettings()) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as error:
                 await stub.Status(status_request("x" * 10_000), timeout=5)
@@ -164,7 +165,7 @@ async def test_an_oversize_message_is_refused_and_the_server_lives_on():
 async def test_client_retries_unavailable_with_backoff():
     settings = ClientSettings(max_attempts=4, initial_backoff_seconds=0.01)
     async with serving() as (runtime, servicer):
-        async with insecure_channel(runtime.address, settings) as channel:
+        async with open_channel(runtime.address, settings) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
             reply = await stub.Status(status_request("fail=UNAVAILABLEx2"))
             assert reply.step == 3  # two refused attempts, then the answer
@@ -178,7 +179,7 @@ async def test_client_retries_unavailable_with_backoff():
 async def test_client_default_deadline_applies_without_a_timeout():
     settings = ClientSettings(timeout_seconds=0.3)
     async with serving() as (runtime, _):
-        async with insecure_channel(runtime.address, settings) as channel:
+        async with open_channel(runtime.address, settings) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as error:
                 await stub.Status(status_request("sleep=3"))
@@ -206,7 +207,12 @@ def test_sigterm_drains_finishes_calls_in_flight_and_exits_cleanly(tmp_path):
             time.sleep(0.1)
         with grpc.insecure_channel(address) as channel:
             stub = trainer_pb2_grpc.TrainerServiceStub(channel)
-            in_flight = stub.Status.future(status_request("sleep=2.0"), timeout=20)
+            operator = read_tokens(get_settings().auth.tokens_dir)["operator"]
+            in_flight = stub.Status.future(
+                status_request("sleep=2.0"),
+                timeout=20,
+                metadata=(("authorization", f"Bearer {operator}"),),
+            )
             time.sleep(0.3)
             proc.send_signal(signal.SIGTERM)
             # Within the drain window the server still answers, saying it is going away.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import redis
@@ -55,3 +56,41 @@ def test_a_taken_port_is_reported_with_the_log(tmp_path, redis_server):
     with pytest.raises(RuntimeError, match="did not start") as error:
         RedisServer(data_dir=tmp_path, port=redis_server.port, ready_timeout=5).start()
     assert "Address already in use" in str(error.value)
+
+
+def test_a_client_without_the_password_is_refused_and_config_is_gone(redis_server):
+    anonymous = redis.Redis(host=redis_server.host, port=redis_server.port, socket_timeout=2)
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        anonymous.set("k", "v")
+    wrong = redis.Redis(host=redis_server.host, port=redis_server.port, password="guess")
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        wrong.ping()
+    client = redis.Redis.from_url(redis_server.url)
+    # Even with the password, nothing can point Redis at a directory and file of its choice.
+    for command in (("CONFIG", "SET", "dir", "/tmp"), ("DEBUG", "SLEEP", "0")):
+        with pytest.raises(redis.exceptions.ResponseError, match="unknown command"):
+            client.execute_command(*command)
+    assert client.set("k", "v") and client.get("k") == b"v"
+    client.delete("k")
+    for c in (anonymous, wrong, client):
+        c.close()
+
+
+def test_the_password_survives_a_restart_and_never_appears_on_the_command_line(tmp_path):
+    server = RedisServer(data_dir=tmp_path / "data").start()
+    restarted = None
+    try:
+        url = server.url
+        assert server.password and f":{server.password}@" in url
+        cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes()
+        assert server.password.encode() not in cmdline
+        assert (tmp_path / "data" / "requirepass").stat().st_mode & 0o077 == 0
+        redis.Redis.from_url(url).set("kept", "1")
+        server.stop()
+        restarted = RedisServer(data_dir=tmp_path / "data", port=server.port).start()
+        assert restarted.url == url
+        assert redis.Redis.from_url(url).get("kept") == b"1"
+    finally:
+        server.stop()
+        if restarted is not None:
+            restarted.stop()

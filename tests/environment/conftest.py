@@ -27,6 +27,9 @@ def repo(tmp_path: Path) -> Path:
 def make_config(tmp_path: Path, **overrides) -> EnvironmentConfig:
     defaults = {
         "root_dir": tmp_path / "environment",
+        # Sessions open repositories built under tmp_path (the environment's own root_dir
+        # inside it stays refused).
+        "repository_roots": (tmp_path,),
         "file_size_bytes": 16 * MIB,
         "processes": 64,
         "memory_bytes": 1024 * MIB,

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from etude.common.toolcalls import parse_tool_calls, tools_by_name
+from etude.environment.sandbox.bwrap import SandboxUnavailableError, find_bwrap
 from etude.environment.tools import TOOLS, describe_tools, grep_engines, tool_specs
-from etude.environment.tools.base import CommandOutcome, SearchHit, ToolContext, ToolOutput
+from etude.environment.tools import grep as grep_module
+from etude.environment.tools.base import (
+    CommandOutcome,
+    SandboxNamespaces,
+    SearchHit,
+    ToolContext,
+    ToolOutput,
+)
 from etude.environment.tools.gitignore import compile_glob, parse_line
 from etude.environment.tools.output import cap_output
 from etude.environment.tools.paths import resolve
@@ -88,6 +98,48 @@ def changes() -> Changes:
 @pytest.fixture
 def ctx(workspace: Path, changes: Changes) -> ToolContext:
     return ToolContext("session-1", workspace, LocalShell(workspace), on_files_changed=changes)
+
+
+@pytest.fixture
+def sandboxed(ctx: ToolContext, workspace: Path, monkeypatch: pytest.MonkeyPatch):
+    """ctx with namespaces to run ripgrep in: a bare bwrap with the workspace at /workspace
+    (ripgrep runs only inside a sandbox). Yields the list of ripgrep runs, to show it ran."""
+    if not HAS_RIPGREP:
+        pytest.skip("ripgrep is not installed")
+    try:
+        bwrap = find_bwrap(None)
+    except SandboxUnavailableError as error:
+        pytest.skip(f"no bwrap: {error}")
+    read_info, write_info = os.pipe()
+    system = [a for d in ("/usr", "/bin", "/lib", "/lib64") for a in ("--ro-bind-try", d, d)]
+    process = subprocess.Popen(
+        [str(bwrap.path), "--unshare-all", "--die-with-parent", *system, "--proc", "/proc",
+         "--dev", "/dev", "--bind", str(workspace), "/workspace", "--info-fd", str(write_info),
+         "--", "sleep", "3600"],
+        pass_fds=(write_info,),
+    )  # fmt: skip
+    os.close(write_info)
+    with os.fdopen(read_info, "rb") as info:
+        pid = json.loads(info.read())["child-pid"]
+    ctx.namespaces = SandboxNamespaces(pid, "/workspace")
+    runs: list[str] = []
+    real = grep_module.search_ripgrep
+
+    async def counted(*args, **kwargs):
+        runs.append("rg")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(grep_module, "search_ripgrep", counted)
+    yield runs
+    process.kill()
+    process.wait()
+
+
+def use_engine(engine: str, request: pytest.FixtureRequest, monkeypatch) -> None:
+    if engine == "python":
+        monkeypatch.setattr(grep_engines, "find_ripgrep", lambda: None)
+    else:
+        request.getfixturevalue("sandboxed")
 
 
 async def call(ctx: ToolContext, name: str, **arguments: str) -> ToolOutput:
@@ -428,14 +480,17 @@ async def test_grep_python_engine_output(ctx, search_tree, python_grep):
     assert result == ToolOutput(EXPECTED_NEEDLES)
 
 
-@pytest.mark.skipif(not HAS_RIPGREP, reason="ripgrep is not installed")
-async def test_grep_ripgrep_output(ctx, search_tree):
-    assert grep_engines.find_ripgrep()
+async def test_grep_ripgrep_output(ctx, search_tree, sandboxed):
+    assert (await call(ctx, "grep", pattern="needle")) == ToolOutput(EXPECTED_NEEDLES)
+    assert sandboxed == ["rg"]
+
+
+async def test_grep_without_sandbox_namespaces_uses_python(ctx, search_tree):
+    assert ctx.namespaces is None  # ripgrep never reads the workspace from the host
     assert (await call(ctx, "grep", pattern="needle")) == ToolOutput(EXPECTED_NEEDLES)
 
 
-@pytest.mark.skipif(not HAS_RIPGREP, reason="ripgrep is not installed")
-async def test_grep_engines_agree(ctx, search_tree, monkeypatch):
+async def test_grep_engines_agree(ctx, search_tree, monkeypatch, sandboxed):
     with_rg = [await call(ctx, "grep", **query) for query in GREP_QUERIES]
     monkeypatch.setattr(grep_engines, "find_ripgrep", lambda: None)
     without_rg = [await call(ctx, "grep", **query) for query in GREP_QUERIES]
@@ -451,11 +506,8 @@ async def test_grep_engines_agree(ctx, search_tree, monkeypatch):
 
 
 @pytest.mark.parametrize("engine", ["ripgrep", "python"])
-async def test_grep_invalid_regex(ctx, search_tree, monkeypatch, engine):
-    if engine == "python":
-        monkeypatch.setattr(grep_engines, "find_ripgrep", lambda: None)
-    elif not HAS_RIPGREP:
-        pytest.skip("ripgrep is not installed")
+async def test_grep_invalid_regex(ctx, search_tree, monkeypatch, engine, request):
+    use_engine(engine, request, monkeypatch)
     result = await call(ctx, "grep", pattern="needle(")
     assert failed(result, "invalid_regex")
     assert result.output.startswith("invalid regex 'needle(': ")
@@ -480,11 +532,8 @@ async def test_grep_options(ctx, search_tree, python_grep):
 
 
 @pytest.mark.parametrize("engine", ["ripgrep", "python"])
-async def test_grep_caps_results(ctx, workspace, monkeypatch, engine):
-    if engine == "python":
-        monkeypatch.setattr(grep_engines, "find_ripgrep", lambda: None)
-    elif not HAS_RIPGREP:
-        pytest.skip("ripgrep is not installed")
+async def test_grep_caps_results(ctx, workspace, monkeypatch, engine, request):
+    use_engine(engine, request, monkeypatch)
     write(workspace, {"many.txt": "hit\n" * 250})
     result = await call(ctx, "grep", pattern="hit")
     lines = result.output.split("\n")
@@ -500,11 +549,8 @@ async def test_grep_caps_results(ctx, workspace, monkeypatch, engine):
 
 
 @pytest.mark.parametrize("engine", ["ripgrep", "python"])
-async def test_grep_timeout_is_an_error_result(ctx, search_tree, monkeypatch, engine):
-    if engine == "python":
-        monkeypatch.setattr(grep_engines, "find_ripgrep", lambda: None)
-    elif not HAS_RIPGREP:
-        pytest.skip("ripgrep is not installed")
+async def test_grep_timeout_is_an_error_result(ctx, search_tree, monkeypatch, engine, request):
+    use_engine(engine, request, monkeypatch)
     ctx.limits["grep_timeout_s"] = 0
     result = await call(ctx, "grep", pattern="needle")
     assert failed(result, "timeout")
@@ -745,11 +791,8 @@ async def test_escape_messages_explain_the_rule(ctx, links):
 
 
 @pytest.mark.parametrize("engine", ["ripgrep", "python"])
-async def test_grep_never_follows_links_out(ctx, links, monkeypatch, engine):
-    if engine == "python":
-        monkeypatch.setattr(grep_engines, "find_ripgrep", lambda: None)
-    elif not HAS_RIPGREP:
-        pytest.skip("ripgrep is not installed")
+async def test_grep_never_follows_links_out(ctx, links, monkeypatch, engine, request):
+    use_engine(engine, request, monkeypatch)
     result = await call(ctx, "grep", pattern="needle|fine")
     assert result.output == "ok.txt:1:fine"
 

@@ -12,8 +12,10 @@ import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
+from etude.common.auth import bearer_header
 from etude.common.run_config import load_run_config
 from etude.common.runs import RunRegistry
+from etude.common.settings import get_settings
 from etude.gateway.__main__ import make_launcher
 from etude.gateway.app import create_app
 from etude.gateway.config import GatewayConfig, GatewaySettings
@@ -21,10 +23,13 @@ from etude.gateway.launcher import LocalLauncher, RecordOnlyLauncher
 from etude.tasks.materialize import HELD_OUT_PROJECTS, TASKS_FILE
 from etude.tasks.task import read_jsonl
 
+# The operator's token, as `etude runs` presents it (the root conftest made the set).
+OPERATOR = bearer_header(get_settings().auth, "operator")
+
 
 @pytest.fixture
 def client(redis_url):
-    with TestClient(create_app(redis_url, RecordOnlyLauncher())) as client:
+    with TestClient(create_app(redis_url, RecordOnlyLauncher()), headers=OPERATOR) as client:
         yield client
 
 
@@ -127,7 +132,7 @@ def test_requests_are_counted_by_route_template(client):
 
 def test_a_dead_redis_gives_503_not_500(fresh_redis):
     with TestClient(create_app(fresh_redis.url, RecordOnlyLauncher(),
-                               redis_timeout_seconds=0.5)) as client:  # fmt: skip
+                               redis_timeout_seconds=0.5), headers=OPERATOR) as client:  # fmt: skip
         assert client.post("/runs", json={"run_id": "before"}).status_code == 201
         fresh_redis.kill()
         for method, path in (("GET", "/health"), ("GET", "/runs"), ("GET", "/runs/before"),
@@ -149,7 +154,7 @@ def test_local_launcher_spawns_train_with_the_written_config(redis_url, tmp_path
     )
     launcher = LocalLauncher(tmp_path, argv_prefix=(sys.executable, "-c", recorder),
                              env={"ETUDE_REDIS__URL": redis_url})  # fmt: skip
-    with TestClient(create_app(redis_url, launcher)) as client:
+    with TestClient(create_app(redis_url, launcher), headers=OPERATOR) as client:
         reply = client.post("/runs", json={"config": {"name": "local", "sft": {"steps": 5}},
                                            "run_id": "local-1"})  # fmt: skip
         assert reply.status_code == 201, reply.text
@@ -173,7 +178,9 @@ def test_settings_choose_the_launcher(tmp_path):
 
 def test_a_launch_that_fails_marks_the_run_failed(redis_url, tmp_path):
     launcher = LocalLauncher(tmp_path, argv_prefix=(str(tmp_path / "no-such-program"),))
-    with TestClient(create_app(redis_url, launcher), raise_server_exceptions=False) as client:
+    with TestClient(
+        create_app(redis_url, launcher), raise_server_exceptions=False, headers=OPERATOR
+    ) as client:
         reply = client.post("/runs", json={"run_id": "doomed"})
         assert reply.status_code == 500 and "could not launch" in reply.json()["detail"]
         run = client.get("/runs/doomed").json()

@@ -14,16 +14,17 @@ from typer.testing import CliRunner
 
 from etude.cli.runs import app as runs_app
 from etude.cli.stack import LocalStack, ServiceSpec
+from etude.common.auth import bearer_header
 from etude.common.net import free_port
-from etude.common.settings import EtudeSettings, StackSettings
+from etude.common.settings import EtudeSettings, StackSettings, get_settings
 
 pytestmark = pytest.mark.integration
 
 
 def call(method: str, url: str, body: dict | None = None) -> tuple[int, dict | list]:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    headers = {"Content-Type": "application/json", **bearer_header(get_settings().auth, "operator")}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
             return reply.status, json.loads(reply.read())

@@ -16,8 +16,14 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.python.asgi import shutdown_lifespans
 
+from etude.common.auth import bearer_header
+from etude.common.settings import get_settings
 from etude.gateway.app import create_app
 from etude.gateway.launcher import RecordOnlyLauncher
+
+# Requests carry the operator's token, so they reach the validation under test (the
+# credential check itself is tests/security/test_credentials.py's).
+OPERATOR = bearer_header(get_settings().auth, "operator")
 
 # The operations, from the schema of an app that is never started (building the schema
 # needs no Redis).
@@ -54,6 +60,6 @@ def test_no_request_makes_the_gateway_fail(gateway_schema, method, path, mode):
     @settings(max_examples=40, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     def check(case):
-        case.call_and_validate(checks=[not_a_server_error])
+        case.call_and_validate(checks=[not_a_server_error], headers=OPERATOR)
 
     check()

@@ -14,9 +14,10 @@ import uvicorn
 from prometheus_client import REGISTRY
 
 from etude.api.v1 import inference_pb2, inference_pb2_grpc
+from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.net import free_port
-from etude.common.settings import GrpcSettings
+from etude.common.settings import ClientSettings, GrpcSettings
 from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
 from etude.inference.client import GrpcInference
 from etude.inference.metrics import watch_backend
@@ -62,7 +63,7 @@ async def collect(client, request) -> dict:
 async def test_generate_streams_tokens_logprobs_and_versions(service, tokenizer):
     runtime, client, _ = service
     tokens_before = sample("etude_inference_generated_tokens_total")
-    async with grpc.aio.insecure_channel(runtime.address) as channel:
+    async with open_channel(runtime.address, ClientSettings()) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         request = inference_pb2.GenerateRequest(
             request_id="text",
@@ -115,7 +116,7 @@ async def test_malformed_weight_streams_are_refused_and_change_nothing(service, 
         await client.update_weights(0, [("lm_head.weight", weight)])
     with pytest.raises(InferenceError, match="no tensor"):
         await client.update_weights(2, [("lm_head.weight", weight), ("bogus", weight)])
-    async with grpc.aio.insecure_channel(runtime.address) as channel:
+    async with open_channel(runtime.address, ClientSettings()) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         gap = [
             inference_pb2.WeightChunk(version={"version": 3}),
@@ -146,7 +147,7 @@ async def test_bad_requests_get_invalid_argument_and_the_server_keeps_serving(
     service, request_fields, sampling_fields, message
 ):
     runtime, client, _ = service
-    async with grpc.aio.insecure_channel(runtime.address) as channel:
+    async with open_channel(runtime.address, ClientSettings()) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         request = inference_pb2.GenerateRequest(
             **{"request_id": "bad", **request_fields},
@@ -169,7 +170,7 @@ async def test_unknown_sampling_fields_are_refused(service):
         prompt_token_ids=[5],
         sampling=inference_pb2.SamplingParams.FromString(sampling + unknown_field_42),
     )
-    async with grpc.aio.insecure_channel(runtime.address) as channel:
+    async with open_channel(runtime.address, ClientSettings()) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             _ = [chunk async for chunk in stub.Generate(request)]

@@ -9,8 +9,9 @@ import grpc
 import pytest
 
 from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
+from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
-from etude.common.settings import GrpcSettings
+from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import InProcessEnvironment
 from etude.environment.config import EnvironmentConfig
@@ -115,7 +116,7 @@ async def test_score_over_grpc_reads_the_agents_session(task_and_project, tmp_pa
         fixed = (project.root / "mathbits" / "core.py").read_text()
         write = ToolCall("write_file", {"path": "mathbits/core.py", "content": fixed}, "call_0")
         await environment.execute(session, [write])
-        async with grpc.aio.insecure_channel(runtime.address) as channel:
+        async with open_channel(runtime.address, ClientSettings()) as channel:
             stub = reward_pb2_grpc.RewardServiceStub(channel)
             reply = await stub.Score(
                 reward_pb2.ScoreRequest(

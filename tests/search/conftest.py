@@ -40,10 +40,11 @@ def make_engine(minilm, cache_dir: Path, **overrides) -> SearchEngine:
 
 
 @pytest.fixture
-def engine(minilm, shared_cache) -> SearchEngine:
+def engine(minilm, shared_cache, tmp_path: Path) -> SearchEngine:
     """An engine on the session's embedding cache: tests that count embeddings from an empty
-    cache build their own with `make_engine`."""
-    return SearchEngine(SearchConfig(), CachedEmbedder(minilm, shared_cache))
+    cache build their own with `make_engine`. It may index workspaces under tmp_path."""
+    config = SearchConfig(index_roots=(tmp_path,))
+    return SearchEngine(config, CachedEmbedder(minilm, shared_cache))
 
 
 @pytest.fixture

@@ -7,8 +7,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from etude.api.v1 import search_pb2, search_pb2_grpc
+from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
-from etude.common.settings import GrpcSettings
+from etude.common.settings import ClientSettings, GrpcSettings
 from etude.search.server import SearchServicer, registration
 
 
@@ -19,7 +20,7 @@ async def stub(engine):
     ])  # fmt: skip
     await runtime.start()
     try:
-        async with grpc.aio.insecure_channel(runtime.address) as channel:
+        async with open_channel(runtime.address, ClientSettings()) as channel:
             yield search_pb2_grpc.SearchServiceStub(channel)
     finally:
         await runtime.shutdown()

@@ -11,6 +11,7 @@ The Deployment leaves `replicas` out when KEDA scales it.
 {{- $values := index $ctx.Values $component }}
 {{- $name := include "etude.componentName" . }}
 {{- $keda := and $ctx.Values.keda.enabled (hasKey $ctx.Values.keda $component) (index $ctx.Values.keda $component).enabled }}
+{{- $roles := include "etude.componentRoles" $component | fromJsonArray }}
 {{- $sharedTasks := and $ctx.Values.sharedTasks.enabled (has $component (list "rollout" "environment" "search")) }}
 apiVersion: apps/v1
 kind: Deployment
@@ -41,6 +42,9 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
       enableServiceLinks: false
+      securityContext:
+        # Owns the mounted credentials (mode 0440), so the service's uid can read them.
+        fsGroup: 10001
       {{- if $values.terminationGracePeriodSeconds }}
       terminationGracePeriodSeconds: {{ $values.terminationGracePeriodSeconds }}
       {{- end }}
@@ -74,6 +78,7 @@ spec:
             {{- end }}
           env:
             {{- include "etude.commonEnv" $ctx | nindent 12 }}
+            {{- include "etude.authEnv" (dict "ctx" $ctx "roles" $roles) | nindent 12 }}
             {{- include (printf "etude.%s.env" $component) $ctx | nindent 12 }}
             {{- range $values.extraEnv }}
             - name: {{ .name }}
@@ -91,6 +96,7 @@ spec:
               mountPath: /data
             - name: tmp
               mountPath: /tmp
+            {{- include "etude.authVolumeMounts" $ctx | nindent 12 }}
             {{- if $sharedTasks }}
             - name: tasks
               mountPath: /shared/tasks
@@ -103,6 +109,7 @@ spec:
             {{- end }}
         - name: tmp
           emptyDir: {}
+        {{- include "etude.authVolumes" (dict "ctx" $ctx "roles" $roles "component" $component) | nindent 8 }}
         {{- if $sharedTasks }}
         - name: tasks
           persistentVolumeClaim:

@@ -83,6 +83,16 @@ app.kubernetes.io/instance: {{ .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 
+{{/* The URL as processes get it: with the chart's Redis, the password from the Secret
+(`$(ETUDE_REDIS_PASSWORD)`, which Kubernetes expands from the variable before it). */}}
+{{- define "etude.redisUrlWithPassword" -}}
+{{- if .Values.externalRedis.url }}
+{{- .Values.externalRedis.url }}
+{{- else }}
+{{- printf "redis://:$(ETUDE_REDIS_PASSWORD)@%s:%d/0" (include "etude.componentName" (dict "ctx" . "component" "redis")) (int .Values.redis.port) }}
+{{- end }}
+{{- end }}
+
 {{/* "host:port" of Redis (KEDA's redis-streams scaler wants an address, not a URL). */}}
 {{- define "etude.redisAddress" -}}
 {{- $url := include "etude.redisUrl" . }}
@@ -118,8 +128,15 @@ where its peers are (only the enabled ones).
   value: {{ .Values.global.grpcPort | quote }}
 - name: ETUDE_GRPC__METRICS_PORT
   value: {{ .Values.global.metricsPort | quote }}
+{{- if not .Values.externalRedis.url }}
+- name: ETUDE_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "etude.authSecretName" . }}
+      key: redis-password
+{{- end }}
 - name: ETUDE_REDIS__URL
-  value: {{ include "etude.redisUrl" . | quote }}
+  value: {{ include "etude.redisUrlWithPassword" . | quote }}
 - name: ETUDE_STACK__RUN_DIR
   value: /data
 - name: HOME
@@ -146,20 +163,95 @@ where its peers are (only the enabled ones).
 
 {{/* The gRPC health probe of a container (Kubernetes native grpc probes). */}}
 {{- define "etude.grpcProbes" -}}
+{{- /* The kubelet's gRPC probe speaks no TLS: with mTLS on, probes check the port. */}}
+{{- $probe := ternary (dict "tcpSocket" (dict "port" .Values.global.grpcPort)) (dict "grpc" (dict "port" .Values.global.grpcPort)) .Values.tls.enabled }}
 startupProbe:
-  grpc:
-    port: {{ .Values.global.grpcPort }}
+  {{- toYaml $probe | nindent 2 }}
   periodSeconds: 5
   failureThreshold: 60
 readinessProbe:
-  grpc:
-    port: {{ .Values.global.grpcPort }}
+  {{- toYaml $probe | nindent 2 }}
   periodSeconds: 5
   failureThreshold: 2
 livenessProbe:
-  grpc:
-    port: {{ .Values.global.grpcPort }}
+  {{- toYaml $probe | nindent 2 }}
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 6
+{{- end }}
+
+{{/*
+Credentials (etude.common.auth). One Secret holds a token per role (`<role>`), its
+SHA-256 (`<role>.sha256`) and the Redis password (`redis-password`): generated on the
+first install and kept after (lookup), or the user's own (auth.existingSecret, same keys).
+A pod mounts the digests of every role (what its server checks callers against) and the
+tokens of its own roles only.
+*/}}
+{{- define "etude.authSecretName" -}}
+{{- .Values.auth.existingSecret | default (include "etude.componentName" (dict "ctx" . "component" "auth")) }}
+{{- end }}
+
+{{/* Every role a token exists for. */}}
+{{- define "etude.authRoles" -}}
+rollout trainer gateway operator environment reward
+{{- end }}
+
+{{/* Env of a process presenting `roles`. Call with (dict "ctx" $ "roles" (list ...)). */}}
+{{- define "etude.authEnv" -}}
+- name: ETUDE_AUTH__TOKENS_DIR
+  value: /etc/etude/credentials
+- name: ETUDE_AUTH__ROLES
+  value: {{ .roles | toJson | quote }}
+- name: ETUDE_AUTH__METRICS_REQUIRE_TOKEN
+  value: {{ .ctx.Values.auth.metricsRequireToken | quote }}
+{{- if .ctx.Values.tls.enabled }}
+- name: ETUDE_AUTH__TLS_CERT_FILE
+  value: /etc/etude/tls/tls.crt
+- name: ETUDE_AUTH__TLS_KEY_FILE
+  value: /etc/etude/tls/tls.key
+- name: ETUDE_AUTH__TLS_CA_FILE
+  value: /etc/etude/tls/ca.crt
+{{- end }}
+{{- end }}
+
+{{- define "etude.authVolumeMounts" -}}
+- name: credentials
+  mountPath: /etc/etude/credentials
+  readOnly: true
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/etude/tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The credentials volume of a pod whose processes present `roles`; with tls.enabled
+also its cert-manager certificate. Call with (dict "ctx" $ "roles" (list ...) "component" "x"). */}}
+{{- define "etude.authVolumes" -}}
+- name: credentials
+  secret:
+    secretName: {{ include "etude.authSecretName" .ctx }}
+    # Group-readable: the pod's fsGroup owns the files, other users of the node do not.
+    defaultMode: {{ .mode | default 0440 }}
+    items:
+      {{- range $role := splitList " " (include "etude.authRoles" .ctx) }}
+      - key: {{ $role }}.sha256
+        path: {{ $role }}.sha256
+      {{- end }}
+      {{- range $role := .roles }}
+      - key: {{ $role }}
+        path: {{ $role }}
+      {{- end }}
+{{- if .ctx.Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ include "etude.componentName" (dict "ctx" .ctx "component" (printf "%s-tls" .component)) }}
+    defaultMode: {{ .mode | default 0440 }}
+{{- end }}
+{{- end }}
+
+{{/* The roles each component's processes present (search and inference call nobody). */}}
+{{- define "etude.componentRoles" -}}
+{{- $roles := dict "environment" (list "environment") "reward" (list "reward") "rollout" (list "rollout") "gateway" (list "gateway") "search" (list) "trainer" (list "trainer" "rollout") }}
+{{- index $roles . | toJson }}
 {{- end }}

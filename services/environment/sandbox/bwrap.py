@@ -10,9 +10,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from etude.environment.sandbox.seccomp import filter_path
+
 OVERLAY_MIN_VERSION = (0, 11)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 WORKSPACE = "/workspace"
+DISABLE_USERNS_MIN_VERSION = (0, 8)
+SIZE_MIN_VERSION = (0, 10)
+# The user inside the sandbox: not root, so nothing inside is exempt from a permission
+# check or a limit by being uid 0 there.
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+TMP_BYTES = 512 * 1024 * 1024
 
 # Host configuration a program inside may need; nothing with secrets (no shadow, no keys).
 _ETC_FILES = (
@@ -93,7 +102,10 @@ def userns_advice() -> str:
 def check_bwrap_works(bwrap: Bwrap) -> None:
     """Run an empty sandbox once; raise with advice when the host refuses."""
     probe = subprocess.run(
-        [str(bwrap.path), "--unshare-all", *_system_binds(), "--", "/bin/true"],
+        [
+            str(bwrap.path), "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
+            "--gid", str(SANDBOX_GID), "--cap-drop", "ALL", *_system_binds(), "--", "/bin/true",
+        ],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     if probe.returncode != 0:
@@ -134,24 +146,47 @@ def sandbox_argv(
     ro_binds: tuple[str, ...],
     info_fd: int | None,
     command: list[str],
+    uid: int = SANDBOX_UID,
+    gid: int = SANDBOX_GID,
+    tmp_bytes: int = TMP_BYTES,
 ) -> list[str]:
-    """Namespaces (only loopback inside), read-only system, private /tmp, cleared env."""
+    """Namespaces (only loopback inside), read-only system, private /tmp, cleared env, and:
+
+    * a user namespace with `uid`/`gid` inside and no capabilities, even when the service
+      runs as root (bwrap maps the caller's uid to `uid`, so the workspace stays writable);
+      no user namespace can be made inside (`--disable-userns` and the seccomp filter);
+    * the seccomp filter of `seccomp.py`;
+    * a read-only root: only /workspace, /tmp (`tmp_bytes`) and /dev/shm are writable;
+    * nothing of the service in /proc: bwrap starts from an empty environment, and its
+      own arguments (host paths) come from a pipe, so its /proc/*/cmdline reads
+      `bwrap --args 11 --seccomp 10`.
+
+    The result is a plain argv (no file descriptors to pass), so callers that spawn with
+    `close_fds` get the same sandbox.
+    """
     extra = [d for d in (*interpreter_dirs(), *ro_binds) if Path(d).exists()]
     path = ":".join([*(f"{d}/bin" for d in extra), SANDBOX_PATH])
     args = [
-        str(bwrap.path),
         "--unshare-all",
+        "--unshare-user",
+        "--uid", str(uid),
+        "--gid", str(gid),
+        "--cap-drop", "ALL",
         "--die-with-parent",
         "--new-session",
         *_system_binds(),
         "--proc", "/proc",
         "--dev", "/dev",
-        "--tmpfs", "/tmp",
+        *_sized_tmpfs(bwrap, tmp_bytes, "/tmp"),
+        *_sized_tmpfs(bwrap, tmp_bytes, "/dev/shm"),
         "--hostname", "sandbox",
     ]  # fmt: skip
+    if bwrap.version >= DISABLE_USERNS_MIN_VERSION:
+        args.append("--disable-userns")
     for d in extra:
         args += ["--ro-bind", d, d]
     args += workspace_args
+    args += ["--remount-ro", "/", "--remount-ro", "/dev"]
     args += [
         "--chdir", WORKSPACE,
         "--clearenv",
@@ -163,7 +198,28 @@ def sandbox_argv(
     ]  # fmt: skip
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
-    return [*args, "--", *command]
+    return [
+        "/usr/bin/env", "-i", "/bin/bash", "-c", _LAUNCH, "etude-bwrap",
+        filter_path(), str(bwrap.path), str(len(args)), *args, *command,
+    ]  # fmt: skip
+
+
+# Runs with an empty environment: opens the seccomp filter as fd 10 and feeds bwrap's
+# options through fd 11 (NUL-separated, as `--args` reads them), so neither the
+# service's variables nor the host paths in the options show in the sandbox's /proc.
+# ($3 counts bwrap's own arguments; the command after them stays on the command line,
+# since bwrap takes the command only from there.)
+_LAUNCH = (
+    "cd / && unset PWD OLDPWD SHLVL && "
+    'exec -a bwrap "$2" --args 11 --seccomp 10 -- "${@:$(($3 + 4))}" 10<"$1" '
+    "11< <(printf '%s\\0' \"${@:4:$3}\")"
+)
+
+
+def _sized_tmpfs(bwrap: Bwrap, size: int, path: str) -> list[str]:
+    if bwrap.version >= SIZE_MIN_VERSION:
+        return ["--size", str(size), "--tmpfs", path]
+    return ["--tmpfs", path]
 
 
 def overlay_args(lowers: list[Path], upper: Path, work: Path) -> list[str]:

@@ -4,8 +4,11 @@ Rlimits are set in the child between fork and exec, so they hold from the first
 instruction and every descendant inherits them. The cgroup (memory + pids) is joined the
 same way, before exec, so no process of the sandbox ever runs outside it. Cgroups are
 used where the tree is writable (cgroup v2, or v1 `memory` and `pids` hierarchies);
-elsewhere the rlimits alone apply, which a root-owned sandbox can outrun with a fork bomb
-(root is exempt from RLIMIT_NPROC) — `CgroupSupport.describe()` says which case holds.
+elsewhere the rlimits alone apply, which a root-owned sandbox can outrun with a fork bomb:
+the kernel exempts the root user from RLIMIT_NPROC, and the sandbox's uid maps to the
+service's, so a user namespace does not help. There the sandbox's watcher kills the
+command when its processes reach the limit. `CgroupSupport.describe()` says which case
+holds. One file is never larger than the disk quota (RLIMIT_FSIZE).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def limited(argv: list[str], config: EnvironmentConfig, cgroup: SessionCgroup) -
         "ulimit"
         f" -t {config.cpu_seconds}"
         f" -v {config.address_space_bytes // 1024}"
-        f" -f {config.file_size_bytes // 1024}"
+        f" -f {min(config.file_size_bytes, config.disk_bytes) // 1024}"
         f" -n {config.open_files}"
         f" -u {config.processes}"
         " -c 0"

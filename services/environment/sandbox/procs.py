@@ -58,3 +58,23 @@ def kill_all(find: Callable[[], list[int]], rounds: int = 200) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGKILL)
     return len(stopped)
+
+
+def subtree(pid: int) -> list[int]:
+    """Every process below `pid`, read from the kernel's per-task child lists: cost grows
+    with the tree, not with the host's process count (for frequent polling)."""
+    found, frontier = [], [pid]
+    while frontier:
+        nxt = []
+        for parent in frontier:
+            try:
+                tasks = os.listdir(f"/proc/{parent}/task")
+            except OSError:
+                continue
+            for task in tasks:
+                with contextlib.suppress(OSError, ValueError):
+                    text = Path(f"/proc/{parent}/task/{task}/children").read_text()
+                    nxt += [int(child) for child in text.split()]
+        found += nxt
+        frontier = nxt
+    return found

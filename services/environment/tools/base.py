@@ -69,6 +69,17 @@ class SearchBackend(Protocol):
     ) -> list[SearchHit]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class SandboxNamespaces:
+    """Where host-side helpers can run inside the session's sandbox (its namespaces), so `/`
+    is the sandbox's root and nothing of the host is reachable by a name or a link."""
+
+    pid: int
+    """Host pid of a process that lives in the sandbox's namespaces (its init)."""
+    workspace: str
+    """The workspace's path inside the sandbox."""
+
+
 FilesChanged = Callable[[list[str], list[str]], Awaitable[None]]
 """Called after a tool changed files: (changed paths, deleted paths), workspace-relative."""
 
@@ -82,6 +93,8 @@ class ToolContext:
     search: SearchBackend | None = None
     on_files_changed: FilesChanged | None = None
     limits: dict[str, int] = field(default_factory=dict)
+    namespaces: SandboxNamespaces | None = None
+    """None where the sandbox has no namespaces (the `process` backend)."""
 
 
 class ToolArgumentError(ValueError):

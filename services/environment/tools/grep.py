@@ -1,20 +1,30 @@
 """`grep`: regex search over the workspace's files, ripgrep-fast where ripgrep is installed.
 
-The engines live in grep_engines.py; this module reads the arguments, picks an engine and
-renders the capped result.
+The engines live in grep_engines.py; this module reads the arguments, picks an engine (ripgrep
+inside the sandbox where it can run there, else the fd-based Python engine) and renders the
+capped result.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from etude.environment.tools import grep_engines
 from etude.environment.tools.arguments import parse_bool, parse_int
 from etude.environment.tools.base import ToolArgumentError, ToolContext, ToolOutput, tool
 from etude.environment.tools.gitignore import Pattern, compile_glob
-from etude.environment.tools.grep_engines import GrepRequest, Matches, search_python, search_ripgrep
+from etude.environment.tools.grep_engines import (
+    GrepRequest,
+    Matches,
+    RipgrepUnavailable,
+    search_python,
+    search_ripgrep,
+)
 from etude.environment.tools.output import plural, printable
 from etude.environment.tools.paths import resolve
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RESULTS = 200
 MAX_RESULTS = 1000
@@ -55,10 +65,16 @@ async def grep(
     if request.target.kind not in ("dir", "file"):
         return ToolOutput.error("not_a_file", f"{path} is neither a file nor a directory")
     matches = Matches(limit)
-    rg = grep_engines.find_ripgrep()  # looked up on the module so tests can patch it
-    if rg:
-        await search_ripgrep(rg, request, matches)
-    else:
+    # Looked up on the module so tests can patch them.
+    rg, nsenter = grep_engines.find_ripgrep(), grep_engines.find_nsenter()
+    searched = False
+    if rg and nsenter and ctx.namespaces is not None:
+        try:
+            await search_ripgrep(rg, nsenter, ctx.namespaces, request, matches)
+            searched = True
+        except RipgrepUnavailable as error:
+            log.warning("ripgrep cannot run inside the sandbox: %s", error)
+    if not searched:
         await asyncio.to_thread(search_python, request, matches)
     return _render(matches, request)
 

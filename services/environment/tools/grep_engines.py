@@ -9,22 +9,28 @@ are searched up to the line holding the first NUL; a line over 300 bytes (with i
 shown as `LONG_LINE`. The user's glob filters files after the ignore rules, so it never
 re-includes an ignored file (ripgrep's own `-g` would).
 
-Ripgrep reads files by name, so unlike the Python engine it could follow a symlink swapped in
-while it runs; the path handed to it has been resolved safely, the race remains.
+Ripgrep reads files by name, so on the host a directory swapped for a symlink to `/` while it
+runs would lead it to the host's files. It therefore runs only inside the session's sandbox
+(`nsenter` into all its namespaces: `/` is the sandbox's root, absolute link targets and `..`
+stay in it); without sandbox namespaces, or where ripgrep cannot run inside, the fd-based
+Python engine does the search.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
-from etude.environment.tools.base import ToolError
+from etude.environment.tools.base import SandboxNamespaces, ToolError
 from etude.environment.tools.gitignore import Pattern
 from etude.environment.tools.output import printable
 from etude.environment.tools.paths import WorkspacePath
@@ -59,9 +65,22 @@ class Matches:
             self.lines.append(f"{printable(path)}:{number}:{printable(text)}")
 
 
+NSENTER_NAMESPACES = ("--user", "--mount", "--net", "--ipc", "--uts", "--pid", "--cgroup")
+_EXEC_FAILED = 125
+"""nsenter's exit status from here up: it could not enter or could not start ripgrep."""
+
+
+class RipgrepUnavailable(Exception):
+    """Ripgrep could not run inside the sandbox; the caller searches with Python instead."""
+
+
 def find_ripgrep() -> str | None:
     """The ripgrep binary, or None to use the Python engine (tests patch this)."""
     return shutil.which("rg")
+
+
+def find_nsenter() -> str | None:
+    return shutil.which("nsenter")
 
 
 def wanted(request: GrepRequest, path: str) -> bool:
@@ -76,22 +95,30 @@ def wanted(request: GrepRequest, path: str) -> bool:
 # --- ripgrep ----------------------------------------------------------------------------------
 
 
-async def search_ripgrep(rg: str, request: GrepRequest, matches: Matches) -> None:
-    with tempfile.TemporaryDirectory(prefix="etude-grep-") as scratch:
-        # Reading the ancestors' .gitignore files is file work: off the event loop.
-        flags = await asyncio.to_thread(_ripgrep_flags, request, scratch)
+async def search_ripgrep(
+    rg: str, nsenter: str, inside: SandboxNamespaces, request: GrepRequest, matches: Matches
+) -> None:
+    """Ripgrep inside the sandbox; `RipgrepUnavailable` (nothing added to `matches`) when it
+    cannot run there."""
+    with tempfile.TemporaryFile(prefix="etude-grep-") as ignore_file:
+        # Reading the ancestors' .gitignore files is file work: off the event loop. The rules
+        # reach ripgrep as an inherited fd: the host's /tmp is not visible inside.
+        flags = await asyncio.to_thread(_ripgrep_flags, request, ignore_file, inside.workspace)
+        enter = [nsenter, f"--target={inside.pid}", *NSENTER_NAMESPACES]
         process = await asyncio.create_subprocess_exec(
-            *[rg, *flags, "--", _ripgrep_target(request)],
-            cwd=request.target.root,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            limit=1 << 20,
-        )
+            *enter, "--preserve-credentials", "--root", rg, *flags,
+            "--", _ripgrep_target(request, inside),
+            cwd="/", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, limit=1 << 20, pass_fds=(ignore_file.fileno(),),
+            start_new_session=True,  # ripgrep, forked by nsenter, is killed with its group
+        )  # fmt: skip
         assert process.stderr is not None
+        found = Matches(matches.limit)
         try:
             _, stderr = await asyncio.wait_for(
-                asyncio.gather(_read_matches(process, request, matches), process.stderr.read()),
+                asyncio.gather(
+                    _read_matches(process, request, found, inside), process.stderr.read()
+                ),
                 request.timeout_s,
             )
             await process.wait()
@@ -99,8 +126,13 @@ async def search_ripgrep(rg: str, request: GrepRequest, matches: Matches) -> Non
             raise _timeout(request.timeout_s) from None
         finally:
             if process.returncode is None:  # timed out, or the call was cancelled
-                process.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
+    assert process.returncode is not None
+    if process.returncode >= _EXEC_FAILED:
+        raise RipgrepUnavailable(stderr.decode("utf-8", "replace")[:300])
+    matches.lines, matches.total = found.lines, found.total
     # Exit 1 means no match; 2 means an error, which may come with matches (unreadable files).
     # The pattern is parsed before any file is read, so a parse error is all stderr holds; other
     # messages are not shown, as they may quote files (an ignore file linked to a host file).
@@ -108,7 +140,7 @@ async def search_ripgrep(rg: str, request: GrepRequest, matches: Matches) -> Non
         raise ToolError("invalid_regex", f"invalid regex {request.pattern!r}: {_rg_error(stderr)}")
 
 
-def _ripgrep_flags(request: GrepRequest, scratch: str) -> list[str]:
+def _ripgrep_flags(request: GrepRequest, ignore_file: BinaryIO, workspace: str) -> list[str]:
     flags = ["--no-config", "--line-number", "--color", "never", "--max-columns", "300"]
     flags += ["--null", "--with-filename", "--no-heading", "--sort", "path", "--encoding", "none"]
     # Ignore rules: only .gitignore files inside the workspace, with or without a git repo.
@@ -116,36 +148,49 @@ def _ripgrep_flags(request: GrepRequest, scratch: str) -> list[str]:
     flags += ["--no-ignore-global", "--no-ignore-exclude", "--no-ignore-dot"]
     if request.case_insensitive:
         flags.append("--ignore-case")
-    if request.target.kind == "dir" and (lines := _rules_above(request.target)):
-        # Rules from above the searched directory, rewritten relative to the workspace root
+    if request.target.kind == "dir" and (lines := _rules_above(request.target, workspace)):
+        # Rules from above the searched directory, rewritten relative to the sandbox's root
         # (ripgrep's working directory) because --no-ignore-parent drops them.
-        ignore_file = os.path.join(scratch, "parents.gitignore")
-        with open(ignore_file, "w", encoding="utf-8", errors="surrogateescape") as file:
-            file.write("\n".join(lines) + "\n")
-        flags += ["--ignore-file", ignore_file]
+        ignore_file.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+        ignore_file.flush()
+        ignore_file.seek(0)
+        # ripgrep runs in the sandbox's pid namespace, so its /dev/fd is its own.
+        flags += ["--ignore-file", f"/dev/fd/{ignore_file.fileno()}"]
     return [*flags, "--regexp", request.pattern]
 
 
-def _rules_above(target: WorkspacePath) -> list[str]:
+def _rules_above(target: WorkspacePath, workspace: str) -> list[str]:
     frames = ancestor_rules(target, include_start=False).frames()
-    return [pattern.rebased(directory) for directory, patterns in frames for pattern in patterns]
+    inside = workspace.strip("/")
+    return [
+        pattern.rebased(f"{inside}/{directory}".rstrip("/"))
+        for directory, patterns in frames
+        for pattern in patterns
+    ]
 
 
-def _ripgrep_target(request: GrepRequest) -> str:
-    # "./" keeps a name starting with "-" from being read as a flag; it is stripped from output.
-    return "./" + "/".join(request.target.parts)
+def _ripgrep_target(request: GrepRequest, inside: SandboxNamespaces) -> str:
+    # An absolute path: a name starting with "-" is never read as a flag; the prefix is
+    # stripped from the output.
+    return f"{inside.workspace}/" + "/".join(request.target.parts)
 
 
 async def _read_matches(
-    process: asyncio.subprocess.Process, request: GrepRequest, matches: Matches
+    process: asyncio.subprocess.Process,
+    request: GrepRequest,
+    matches: Matches,
+    inside: SandboxNamespaces,
 ) -> None:
     assert process.stdout is not None
+    prefix = os.fsencode(inside.workspace) + b"/"
     async for raw in process.stdout:
         path_bytes, separator, rest = raw.rstrip(b"\n").partition(b"\0")
         number, colon, text = rest.partition(b":")
         if not separator or not colon or not number.isdigit():
             continue  # a notice such as "binary file matches", not a match
-        path = os.fsdecode(path_bytes).removeprefix("./")
+        if not path_bytes.startswith(prefix):
+            continue
+        path = os.fsdecode(path_bytes[len(prefix) :])
         if not wanted(request, path):
             continue
         shown = LONG_LINE if _RG_LONG_LINE.fullmatch(text) else text.decode("utf-8", "replace")

@@ -1,0 +1,121 @@
+"""The program that runs a graded pytest session: started as `python -I -c <this file's
+source> <spec>` inside the sandbox, it imports the real pytest from the grader's own
+environment, then reports every result over a sealed channel.
+
+Why this shape:
+- `-I` (isolated mode) leaves the working directory off `sys.path` and ignores
+  `PYTHON*` variables and the user site, so nothing in the repository (a `pytest/`
+  package, `sitecustomize.py`, `usercustomize.py`, a `.pth` file) is imported before
+  pytest is. The repository goes on `sys.path` only once pytest and every module it
+  needs are imported, as `python -m pytest` would put it there.
+- Plugin autoloading is off and `PYTEST_ADDOPTS`/`PYTEST_PLUGINS` are dropped; the
+  command line (built by the grader) names the configuration (`-c /dev/null` plus
+  `-o` options read from the task's base repository).
+- Results go to a file descriptor inherited from the grader (a pipe whose other end only
+  the grader reads), each record sealed with an HMAC under a key read once from a second
+  descriptor and then closed. The code under test runs in this same process and could
+  in principle dig the key out of memory; that is why the grader also plants canary
+  tests and statically checks the patch: this channel stops the cheap forgeries
+  (printing results, rewriting a file), the canaries catch the rest by outcome.
+
+This file imports nothing from `etude`: it runs where only the interpreter's own
+environment is visible.
+"""
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import pkgutil
+import sys
+
+
+def _read_key(fd):
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+class _Channel:
+    """Numbered, HMAC-sealed JSON lines to the grader."""
+
+    def __init__(self, fd, key):
+        self._fd, self._key, self._seq = fd, key, 0
+
+    def send(self, record):
+        record = {**record, "seq": self._seq}
+        self._seq += 1
+        body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+        seal = hmac.new(self._key, body, hashlib.sha256).hexdigest().encode()
+        line = body + b"\t" + seal + b"\n"
+        while line:
+            line = line[os.write(self._fd, line) :]
+
+
+def _message(report):
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or "")
+    return text.strip()[:500]
+
+
+class Reporter:
+    """A pytest plugin: every test phase and every failed collection, as it happens."""
+
+    def __init__(self, channel):
+        self.channel = channel
+
+    def pytest_runtest_logreport(self, report):
+        self.channel.send(
+            {
+                "kind": "test",
+                "nodeid": report.nodeid,
+                "when": report.when,
+                "outcome": report.outcome,
+                "xfail": hasattr(report, "wasxfail"),
+                "message": _message(report) if report.failed else "",
+            }
+        )
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.channel.send(
+                {"kind": "collect", "nodeid": report.nodeid, "message": _message(report)}
+            )
+
+
+def _import_runner():
+    """pytest and all of its own modules, so none is looked up once the repository is on
+    `sys.path` (a repository module of the same name would shadow it)."""
+    import _pytest
+    import pluggy
+    import pytest
+
+    for package in (_pytest, pluggy):
+        for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            with contextlib.suppress(Exception):  # optional parts may not import
+                __import__(module.name)
+    return pytest
+
+
+def main(spec):
+    key = _read_key(spec["key_fd"])
+    channel = _Channel(spec["report_fd"], key)
+    for variable in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
+        os.environ.pop(variable, None)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    pytest = _import_runner()
+    workspace = spec["workspace"]
+    os.chdir(workspace)
+    sys.path.insert(0, workspace)
+    code = pytest.main(spec["args"], plugins=[Reporter(channel)])
+    # Sent after pytest returned, from this frame: a run that never gets here (killed,
+    # `os._exit`) has no "done" record and the grader trusts none of it.
+    channel.send({"kind": "done", "exit_code": int(code)})
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(json.loads(sys.argv[1])))

@@ -1,0 +1,63 @@
+"""The graded pytest run: the options come from the given base tree, not the tree under
+test; results come only over the sealed channel; the cgroup is gone afterwards."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from etude.environment.config import EnvironmentConfig
+from etude.tasks.grading_config import UnsupportedTestCommand, command_args, read_options
+from etude.tasks.testrun import run_pytest
+from tests.tasks.conftest import SOURCE, write_tiny_project
+
+COMMAND = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider"
+
+
+def test_command_args_keep_the_tasks_flags_and_drop_the_graders():
+    assert command_args(COMMAND) == ["-q", "-p", "no:cacheprovider"]
+    assert command_args("pytest -x --maxfail 2 --junitxml=out.xml -k clamp") == ["-k", "clamp"]
+    with pytest.raises(UnsupportedTestCommand):
+        command_args("tox -e py311")
+
+
+def test_options_are_read_with_pytests_precedence(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\npythonpath = ["."]\naddopts = "-p evil"\n'
+    )
+    assert read_options(tmp_path) == {"pythonpath": ["."], "addopts": "-p evil"}
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n")
+    assert read_options(tmp_path) == {"testpaths": "tests"}
+
+
+@pytest.mark.integration
+def test_the_tree_under_test_cannot_configure_or_forge_its_run(tmp_path, bwrap):
+    base = write_tiny_project(tmp_path / "base")
+    tree = write_tiny_project(tmp_path / "tree")
+    # Its own config would only collect, and a planted JUnit file would say all passed:
+    # neither may count. (Its conftest files are the grader's to put back.)
+    (tree / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\npythonpath = ["."]\naddopts = "--collect-only"\n'
+    )
+    (tree / ".etude-junit.xml").write_text('<testsuite><testcase name="x"/></testsuite>')
+    broken = SOURCE.replace("    return value\n", "    return low\n", 1)  # clamp: wrong inside
+    (tree / "mathbits" / "core.py").write_text(broken)
+    run = run_pytest(
+        tree, COMMAND, bwrap=bwrap, config=EnvironmentConfig(), timeout_s=60,
+        test_paths=("tests/test_core.py",), options_from=base,
+    )  # fmt: skip
+    assert run.complete and run.problem == ""
+    assert len(run.outcomes) == 8  # collected and run despite `--collect-only`
+    assert run.outcomes["tests/test_core.py::test_clamp_inside"] == "failed"
+    assert run.outcomes["tests/test_core.py::test_clamp_below"] == "passed"
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/**/etude-grade-{os.getpid()}-*"))
+
+
+@pytest.mark.integration
+def test_a_run_that_exits_before_reporting_is_incomplete(tmp_path, bwrap):
+    tree = write_tiny_project(tmp_path / "tree")
+    (tree / "mathbits" / "__init__.py").write_text("import os\nos._exit(0)\n")
+    run = run_pytest(tree, COMMAND, bwrap=bwrap, config=EnvironmentConfig(), timeout_s=60)
+    assert run.exit_code == 0 and not run.complete and run.outcomes == {}
