@@ -113,7 +113,7 @@ def settings_for(run_dir: Path | None) -> EtudeSettings:
         tokens_dir = tokens_dir_of(settings)
         # Exported, not only set here: every channel of this process, its children and
         # its local Ray actors read their credentials from the process's settings.
-        os.environ["ETUDE_AUTH__TOKENS_DIR"] = str(tokens_dir)
+        os.environ.update(ETUDE_AUTH__TOKENS_DIR=str(tokens_dir))
         get_settings.cache_clear()
         auth = settings.auth.model_copy(update={"tokens_dir": tokens_dir})
         settings = settings.model_copy(update={"auth": auth})

@@ -66,11 +66,11 @@ def start_metrics_endpoint(
         return MetricsEndpoint(server, thread)
     metrics_app = make_wsgi_app(registry)
 
-    def app(environ, start_response):
-        if not authorize(environ.get("HTTP_AUTHORIZATION")):
+    def app(request: dict, start_response):  # a WSGI environ: the request, not the process's
+        if not authorize(request.get("HTTP_AUTHORIZATION")):
             start_response("401 Unauthorized", [("WWW-Authenticate", "Bearer")])
             return [b"a credential is required\n"]
-        return metrics_app(environ, start_response)
+        return metrics_app(request, start_response)
 
     server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_SilentHandler)
     thread = Thread(target=server.serve_forever, daemon=True)

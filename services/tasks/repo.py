@@ -64,7 +64,13 @@ def unified_diff(path: str, before: str | None, after: str | None) -> str:
     )
     if not body:
         return ""
-    mode = "new file mode 100644\n" if before is None else ""
+    mode = (
+        "new file mode 100644\n"
+        if before is None
+        else "deleted file mode 100644\n"
+        if after is None
+        else ""
+    )
     return f"diff --git a/{path} b/{path}\n{mode}{body}"
 
 

@@ -154,6 +154,21 @@ async def test_another_sessions_workspace_is_not_visible(manager, repo):
     assert "mine.txt" not in outcome.output
 
 
+async def test_the_workspace_handle_outlives_the_sandboxs_namespace(manager, repo):
+    session = await manager.create("t", repo)
+    sandbox = await session.ready()
+    root = sandbox.root
+    os.kill(sandbox.init_pid, 9)  # the pid and mount namespaces die with their init
+    await asyncio.sleep(0.3)
+    assert (root / "notes.txt").read_text().startswith("one")
+    (root / "written-meanwhile.txt").write_text("kept\n")
+    await sandbox.ensure_running()
+    assert sandbox.root == root  # the same path names the new sandbox's workspace
+    outcome = await run(manager, session, "cat written-meanwhile.txt")
+    assert outcome.output.endswith("kept\n")
+    await still_usable(manager, session)
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,20 +45,42 @@ def children(pid: int) -> list[int]:
 def kill_all(find: Callable[[], list[int]], rounds: int = 200) -> int:
     """SIGKILL every process `find()` returns, fork bombs included: first SIGSTOP each one
     as it appears (a stopped process cannot fork) until no new one does, then kill them
-    all. Killing right away would let a bomb refill every freed slot."""
+    all. Killing right away would let a bomb refill every freed slot. A signal takes
+    effect a moment after `kill` returns, so a parent may still fork once after it was
+    sent SIGSTOP: "no new process" must hold over a short pause, and whatever is left
+    after the kill is hunted again."""
     stopped: set[int] = set()
-    for _ in range(rounds):
-        found = [p for p in find() if p not in stopped]
-        if not found:
-            break
-        for victim in found:
+    for _attempt in range(3):
+        quiet = 0
+        for _ in range(rounds):
+            found = [p for p in find() if p not in stopped]
+            if not found:
+                quiet += 1
+                if quiet >= 2:
+                    break
+                time.sleep(0.005)
+                continue
+            quiet = 0
+            for victim in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(victim, signal.SIGSTOP)
+                stopped.add(victim)
+        for victim in stopped:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGSTOP)
-            stopped.add(victim)
-    for victim in stopped:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(victim, signal.SIGKILL)
+                os.kill(victim, signal.SIGKILL)
+        time.sleep(0.005)
+        if not [p for p in find() if p not in stopped or _alive(p)]:
+            break
     return len(stopped)
+
+
+def _alive(pid: int) -> bool:
+    """Still a live process (a zombie waiting for its parent counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in {"Z", "X"}
 
 
 def subtree(pid: int) -> list[int]:

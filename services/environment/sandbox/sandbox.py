@@ -400,13 +400,8 @@ class Sandbox:
         bomb can refill freed slots, and a disk filler may be the shell's own loop, so
         the whole sandbox goes (its pid namespace dies with its init, all at once) and is
         restarted with the same workspace and cwd."""
-        everything = (reason == "processes" and not (self.cgroup and self.cgroup.dirs)) or (
-            reason == "disk" and self._command_running
-        )
-        if everything:
-            await asyncio.to_thread(self._kill_everything)
-        else:
-            await self.kill_command_processes()
+        # Told first: the command may end the moment its processes die, and its output
+        # must carry the reason.
         self.on_kill(reason)
         if reason == "processes":
             self._notes[reason] = (
@@ -420,6 +415,19 @@ class Sandbox:
                 f"({used // MIB} MiB used); the command's processes were killed — "
                 "delete files to free space]"
             )
+        everything = (reason == "processes" and not (self.cgroup and self.cgroup.dirs)) or (
+            reason == "disk" and self._command_running
+        )
+        if everything:
+            await asyncio.to_thread(self._kill_everything)
+        else:
+            await self.kill_command_processes()
+            # The killed stay counted until the sandbox's init reaps them; wait for that,
+            # so the next check does not see the same bomb again.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 1.0
+            while self._process_count() >= self._process_trigger() and loop.time() < deadline:
+                await asyncio.sleep(0.01)
 
     def _kill_everything(self) -> None:
         if self.backend == "bwrap" and self.init_pid:
