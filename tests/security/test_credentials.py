@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import functools
 import ipaddress
+import json
 import secrets
 import sys
 import urllib.error
@@ -42,10 +43,19 @@ from etude.api.v1 import (
     trainer_pb2,
     trainer_pb2_grpc,
 )
-from etude.common.auth import read_tokens
+from etude.cli.stack import LocalStack, ServiceSpec
+from etude.cli.status import read_status
+from etude.common.auth import ROLES, fingerprint, read_tokens
 from etude.common.grpc_client import health_status, open_channel
 from etude.common.grpc_server import ServiceRuntime
-from etude.common.settings import AuthSettings, ClientSettings, GrpcSettings, get_settings
+from etude.common.settings import (
+    AuthSettings,
+    ClientSettings,
+    EtudeSettings,
+    GrpcSettings,
+    StackSettings,
+    get_settings,
+)
 from etude.environment.server import registration as environment_registration
 from etude.gateway.app import create_app
 from etude.gateway.launcher import LocalLauncher
@@ -506,3 +516,45 @@ async def test_with_mtls_a_client_without_a_certificate_cannot_connect(serve, tm
     probe = functools.partial(health_status, runtime.address)
     assert await asyncio.to_thread(probe, auth=tls) == "SERVING"
     assert await asyncio.to_thread(probe, auth=get_settings().auth) == "UNREACHABLE"
+
+
+# -- the local stack ---------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_the_local_stack_makes_private_tokens_reuses_them_and_status_hides_them(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("ETUDE_GATEWAY__LAUNCHER", "none")
+    # No ETUDE_AUTH__TOKENS_DIR: the stack makes its own set in <run_dir>/auth.
+    settings = EtudeSettings(
+        stack=StackSettings(run_dir=tmp_path, ready_timeout_seconds=60),
+        auth=AuthSettings(tokens_dir=None),
+    )
+    gateway = ServiceSpec("gateway", (sys.executable, "-m", "etude.gateway"), http=True)
+    made = None
+    for _start in range(2):
+        stack = LocalStack(settings, (gateway,))
+        stack.start()
+        try:
+            tokens_dir = tmp_path / "auth"
+            tokens = read_tokens(tokens_dir)
+            assert set(tokens) == set(ROLES)
+            assert all((tokens_dir / r).stat().st_mode & 0o077 == 0 for r in ROLES)
+            assert made is None or tokens == made  # a restart keeps them
+            made = tokens
+            url = next(c.http_url for c in stack.state.components if c.name == "gateway")
+            assert http_status(f"{url}/runs", None) == 401
+            assert http_status(f"{url}/runs", TOKENS["operator"]) == 401  # another stack's
+            assert http_status(f"{url}/runs", tokens["rollout"]) == 403
+            assert http_status(f"{url}/runs", tokens["operator"]) == 200
+            status = read_status(tmp_path, tokens_dir)
+            shown = json.dumps(status.as_dict())
+            password = redis.Redis.from_url(status.redis_url).connection_pool.connection_kwargs
+            assert password["password"] and password["password"] not in shown
+            assert not any(token in shown for token in tokens.values())
+            assert {c["role"]: c["fingerprint"] for c in status.as_dict()["credentials"]} == {
+                role: fingerprint(token) for role, token in tokens.items()
+            }
+        finally:
+            stack.stop()
