@@ -24,6 +24,7 @@ from rich.table import Table
 
 from etude.api.v1 import common_pb2, inference_pb2, inference_pb2_grpc, reward_pb2, reward_pb2_grpc
 from etude.cli.status import StackStatus
+from etude.common.auth import bearer_header
 from etude.common.grpc_client import open_channel
 from etude.common.ids import new_id
 from etude.common.payloads import RolloutRequest
@@ -187,12 +188,12 @@ async def inference_round_trip(address: str, settings: EtudeSettings) -> Check:
     return Check("inference Generate (gRPC)", ok, detail)
 
 
-async def openai_completion(http_url: str) -> Check:
+async def openai_completion(http_url: str, settings: EtudeSettings) -> Check:
     body = json.dumps({"prompt": SMOKE_PROMPT, "max_tokens": 8, "temperature": 0, "logprobs": 0})
     request = urllib.request.Request(
         f"{http_url}/v1/completions",
         data=body.encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **bearer_header(settings.auth, "operator")},
     )
     started = time.perf_counter()
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -229,7 +230,7 @@ def run_smoke(settings: EtudeSettings, status: StackStatus, console: Console) ->
         generated = inference_round_trip(inference.address, settings)
         checks.append(_check("inference Generate (gRPC)", generated))
         if inference.http_url:
-            completed = openai_completion(inference.http_url)
+            completed = openai_completion(inference.http_url, settings)
             checks.append(_check("inference /v1/completions (HTTP)", completed))
     table = Table(title="Smoke check")
     for column in ("check", "result", "detail"):

@@ -3,6 +3,10 @@
 
 Unknown request fields are refused (400) rather than ignored: a client asking for
 `echo` or `best_of` would otherwise get something other than what it asked for.
+
+`/v1/*` asks for the same credential as gRPC `Generate` (a role token as the bearer, i.e.
+the OpenAI client's `api_key`): 401 without a valid one, 403 for a role that may not
+generate. `/health` stays open for probes.
 """
 
 from __future__ import annotations
@@ -12,11 +16,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from etude.common.auth import ACCESS, Verifier, bearer
+from etude.common.settings import get_settings
 from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
 from etude.inference.serving import Serving
 
@@ -46,9 +52,38 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> JS
     return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind}})
 
 
-def create_app(serving: Serving) -> FastAPI:
+GENERATE_ROLES = ACCESS["etude.api.v1.InferenceService"]["Generate"]
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        self.status, self.message = status, message
+
+
+def _generating_roles_only(verifier: Verifier):
+    async def authorize(request: Request) -> None:
+        token = bearer(request.headers.get("authorization"))
+        if verifier.check(token, GENERATE_ROLES) is None:
+            return
+        if verifier.role_of(token) is None:
+            raise _Refused(401, "a valid API key (a role token) is required")
+        raise _Refused(403, "this API key's role may not generate")
+
+    return authorize
+
+
+def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
+    """`verifier` unset: the process's credentials (ETUDE_AUTH__*)."""
     backend = serving.backend
+    guarded = [
+        Depends(_generating_roles_only(verifier or Verifier.from_settings(get_settings().auth)))
+    ]
     app = FastAPI(title="Étude inference (OpenAI-compatible)")
+
+    @app.exception_handler(_Refused)
+    async def refused(request: Request, exc: _Refused) -> JSONResponse:
+        kind = "authentication_error" if exc.status == 401 else "permission_error"
+        return _error(exc.status, exc.message, kind)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -61,14 +96,14 @@ def create_app(serving: Serving) -> FastAPI:
     async def health() -> dict:
         return {"status": "ok", "policy_version": backend.policy_version}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=guarded)
     async def models() -> dict:
         return {
             "object": "list",
             "data": [{"id": backend.model_name, "object": "model", "owned_by": "etude"}],
         }
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", dependencies=guarded)
     async def completions(body: CompletionRequest):
         prompt = (
             body.prompt if isinstance(body.prompt, list) else backend.tokenizer.encode(body.prompt)

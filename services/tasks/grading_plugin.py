@@ -105,7 +105,7 @@ def main(spec):
     channel = _Channel(spec["report_fd"], key)
     for variable in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
         os.environ.pop(variable, None)
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    os.environ.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     pytest = _import_runner()
     workspace = spec["workspace"]
     os.chdir(workspace)

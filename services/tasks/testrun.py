@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import WORKSPACE, Bwrap, bind_args, sandbox_argv
+from etude.environment.sandbox.bwrap import SANDBOX_PATH, WORKSPACE, Bwrap, bind_args, sandbox_argv
 from etude.environment.sandbox.limits import CgroupSupport, SessionCgroup, limited
 from etude.environment.sandbox.procs import descendants, kill_all
 from etude.tasks.grading_config import command_args, override_args, read_options
@@ -165,7 +165,7 @@ def _high_pipe() -> tuple[int, int]:
 def _host_env() -> dict[str, str]:
     """What the process backend sees (bwrap clears it anyway): no PYTHON*/PYTEST* of the
     service's own environment."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
 
 
 def _kill_everything(process: subprocess.Popen, cgroup: SessionCgroup) -> None:

@@ -75,7 +75,9 @@ def test_train_with_ray_runs_every_phase_and_writes_its_outputs(tmp_path):
 
 def test_a_run_started_through_the_gateway_is_stopped_through_it(running_stack, tmp_path):  # noqa: F811
     run_dir, _proc, _log, _status = running_stack
-    config = write_config(tmp_path, trainer={"steps": 200, "micro_batch": 2})
+    # A run started through the gateway writes under the stack's runs directory: a relative
+    # output_dir is placed there (an absolute one elsewhere is refused).
+    config = write_config(tmp_path, trainer={"steps": 200, "micro_batch": 2}, output_dir="gw")
     started = etude("runs", "start", str(config), "--json", run_dir=run_dir)
     assert started.returncode == 0, started.stderr
     run_id = json.loads(started.stdout)["run_id"]
@@ -96,5 +98,6 @@ def test_a_run_started_through_the_gateway_is_stopped_through_it(running_stack, 
         time.sleep(2)
     assert record["status"] == "stopped", record
     assert 1 <= record["step"] < 200
+    assert Path(record["output_dir"]).is_relative_to(Path(run_dir).resolve() / "runs")
     listed = etude("runs", "list", "--json", run_dir=run_dir)
     assert run_id in {r["run_id"] for r in json.loads(listed.stdout)}

@@ -14,10 +14,11 @@ import uvicorn
 from prometheus_client import REGISTRY
 
 from etude.api.v1 import inference_pb2, inference_pb2_grpc
+from etude.common.auth import bearer_header
 from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.net import free_port
-from etude.common.settings import ClientSettings, GrpcSettings
+from etude.common.settings import ClientSettings, GrpcSettings, get_settings
 from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
 from etude.inference.client import GrpcInference
 from etude.inference.metrics import watch_backend
@@ -206,7 +207,10 @@ async def http(backend):
     while not server.started:
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+    headers = bearer_header(get_settings().auth, "rollout")
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{port}", timeout=30, headers=headers
+    ) as client:
         yield client
     server.should_exit = True
     await task

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from etude.cli.stack import LocalStack, ServiceSpec
-from etude.common.settings import EtudeSettings, StackSettings
+from etude.common.auth import bearer_header
+from etude.common.settings import EtudeSettings, StackSettings, get_settings
 from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
 from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained
@@ -87,7 +88,9 @@ async def test_vllm_serves_the_trainers_model_and_takes_its_weights(vllm_service
         await client.close()
 
     body = json.dumps({"prompt": prompt, "max_tokens": 4, "temperature": 0}).encode()
-    http = urllib.request.Request(f"{vllm_service.http_url}/v1/completions", data=body,
-                                  headers={"Content-Type": "application/json"})  # fmt: skip
+    headers = {"Content-Type": "application/json", **bearer_header(get_settings().auth, "rollout")}
+    http = urllib.request.Request(
+        f"{vllm_service.http_url}/v1/completions", data=body, headers=headers
+    )
     with urllib.request.urlopen(http, timeout=60) as reply:
         assert json.loads(reply.read())["usage"]["completion_tokens"] == 4

@@ -260,7 +260,10 @@ async def test_an_engine_fault_fails_the_request_and_the_engine_keeps_serving(in
 async def test_openai_api_refuses_non_finite_and_huge_numbers(backend, body):  # noqa: F811
     app = create_openai_app(Serving(backend))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    headers = bearer_header(get_settings().auth, "rollout")
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://test", headers=headers
+    ) as client:
         bad = await client.post("/v1/completions", content=body,
                                 headers={"content-type": "application/json"})  # fmt: skip
         assert bad.status_code == 400, bad.text
