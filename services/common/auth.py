@@ -27,7 +27,7 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
-from etude.common.grpc_interceptors import split_method
+from etude.common.grpc_interceptors import handler_factory, split_method
 from etude.common.settings import AuthSettings
 
 log = logging.getLogger(__name__)
@@ -225,13 +225,7 @@ def _refusal(code: grpc.StatusCode, detail: str, handler: grpc.RpcMethodHandler)
     async def refuse(request_or_iterator, context):
         await context.abort(code, detail)
 
-    factory = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }[(handler.request_streaming, handler.response_streaming)]
-    return factory(refuse)
+    return handler_factory(handler)(refuse)
 
 
 class AuthInterceptor(aio.ServerInterceptor):

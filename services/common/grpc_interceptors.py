@@ -92,6 +92,16 @@ def _observed(service: str, method: str, context: aio.ServicerContext) -> Iterat
         GRPC_HANDLED.labels(service, method, _final_code(context, error).name).inc()
 
 
+def handler_factory(handler: grpc.RpcMethodHandler):
+    """The `grpc.*_rpc_method_handler` that builds a handler of `handler`'s shape."""
+    return {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }[(handler.request_streaming, handler.response_streaming)]
+
+
 class MetricsInterceptor(aio.ServerInterceptor):
     """Counts calls by (service, method, code) and times them, streaming calls included."""
 
@@ -133,13 +143,7 @@ class MetricsInterceptor(aio.ServerInterceptor):
                     request_or_iterator = await decoded(request_or_iterator, context)
                     return await behavior(request_or_iterator, context)
 
-        factory = {
-            (False, False): grpc.unary_unary_rpc_method_handler,
-            (False, True): grpc.unary_stream_rpc_method_handler,
-            (True, False): grpc.stream_unary_rpc_method_handler,
-            (True, True): grpc.stream_stream_rpc_method_handler,
-        }[(handler.request_streaming, handler.response_streaming)]
-        return factory(
+        return handler_factory(handler)(
             wrapped,
             request_deserializer=safe_deserializer(handler.request_deserializer),
             response_serializer=handler.response_serializer,

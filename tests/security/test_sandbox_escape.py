@@ -252,7 +252,9 @@ async def test_a_fork_bomb_is_stopped_and_the_host_recovers(tmp_path, repo, monk
         ]
         for bomb in bombs:
             result = await run(env, session, bomb, timeout_s=4)
-            assert "process limit" in result.output or result.timed_out
+            # A kill reports the process limit; where RLIMIT_NPROC holds (a non-root host
+            # user) forks just fail until the timeout ends the command.
+            assert "process limit" in result.output or result.exit_code == 124
             deadline = time.monotonic() + 5
             while host_processes() > baseline + 5 and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)

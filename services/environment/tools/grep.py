@@ -25,6 +25,7 @@ from etude.environment.tools.output import plural, printable
 from etude.environment.tools.paths import resolve
 
 log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
 
 DEFAULT_MAX_RESULTS = 200
 MAX_RESULTS = 1000
@@ -73,7 +74,9 @@ async def grep(
             await search_ripgrep(rg, nsenter, ctx.namespaces, request, matches)
             searched = True
         except RipgrepUnavailable as error:
-            log.warning("ripgrep cannot run inside the sandbox: %s", error)
+            if str(error) not in _WARNED:  # once per reason: it holds for every later call
+                _WARNED.add(str(error))
+                log.warning("ripgrep cannot run inside the sandbox, grep uses Python: %s", error)
     if not searched:
         await asyncio.to_thread(search_python, request, matches)
     return _render(matches, request)

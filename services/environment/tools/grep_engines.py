@@ -65,7 +65,10 @@ class Matches:
             self.lines.append(f"{printable(path)}:{number}:{printable(text)}")
 
 
-NSENTER_NAMESPACES = ("--user", "--mount", "--net", "--ipc", "--uts", "--pid", "--cgroup")
+# What ripgrep sees depends only on the user and mount namespaces (and the pid one: its
+# /dev/fd is then its own). A service that is not root may not enter the others (they
+# belong to the user namespace outside the one `--disable-userns` nests), nor need it.
+NSENTER_NAMESPACES = ("--user", "--mount", "--pid")
 _EXEC_FAILED = 125
 """nsenter's exit status from here up: it could not enter or could not start ripgrep."""
 
@@ -130,7 +133,9 @@ async def search_ripgrep(
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
     assert process.returncode is not None
-    if process.returncode >= _EXEC_FAILED:
+    # nsenter reports its own failures (entering a namespace) with exit 1, like ripgrep's
+    # "no match": its message prefix tells them apart.
+    if process.returncode >= _EXEC_FAILED or stderr.startswith(b"nsenter:"):
         raise RipgrepUnavailable(stderr.decode("utf-8", "replace")[:300])
     matches.lines, matches.total = found.lines, found.total
     # Exit 1 means no match; 2 means an error, which may come with matches (unreadable files).
