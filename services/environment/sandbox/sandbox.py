@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, NoReturn
@@ -51,7 +52,14 @@ from etude.environment.sandbox.bwrap import (
     sandbox_argv,
 )
 from etude.environment.sandbox.limits import CgroupSupport, SessionCgroup, limited
-from etude.environment.sandbox.procs import children, descendants, in_group, kill_all, subtree
+from etude.environment.sandbox.procs import (
+    children,
+    descendants,
+    in_group,
+    kill_all,
+    subtree,
+    tasks_of_user,
+)
 from etude.environment.sandbox.quota import DiskQuota
 from etude.environment.sandbox.shell import DRIVER, RunningCommand, ShellProtocol, ShellWatch
 from etude.environment.tools.base import CommandOutcome
@@ -100,6 +108,7 @@ class Sandbox:
         self._protocol: ShellProtocol | None = None
         self._lock = asyncio.Lock()
         self._oom_reported = False
+        self._user_tasks_at: tuple[int, float] = (0, float("-inf"))
         self._root_fd: int | None = None
         self._watcher: asyncio.Task | None = None
         self._command_running = False
@@ -354,7 +363,21 @@ class Sandbox:
     def _process_trigger(self) -> int:
         if self.cgroup and self.cgroup.dirs:
             return self.config.processes - PROCESS_MARGIN
+        if os.geteuid() != 0:
+            # RLIMIT_NPROC holds for a user that is not root, but it counts every task of
+            # that user on the host: the service's threads and other sandboxes leave this
+            # one fewer, and a fork bomb would idle at that lower bound, never reaching
+            # `processes`, unless the trigger follows it.
+            outside = max(0, self._user_tasks() - self._process_count())
+            return max(PROCESS_MARGIN, self.config.processes - outside - PROCESS_MARGIN)
         return self.config.processes
+
+    def _user_tasks(self) -> int:
+        """The service user's tasks on the host, counted at most once a second."""
+        now = time.monotonic()
+        if now - self._user_tasks_at[1] > 1.0:
+            self._user_tasks_at = (tasks_of_user(os.getuid()), now)
+        return self._user_tasks_at[0]
 
     def _process_count(self) -> int:
         """Processes of the sandbox, cheaply enough to poll every few milliseconds: a fork
