@@ -50,6 +50,9 @@ class Registration:
     servicer: Any
     add_to_server: Callable[[Any, aio.Server], None]
     service_name: str
+    alive: Callable[[], bool] | None = None
+    """Whether the servicer can still serve (e.g. its engine has not died); polled, and
+    health turns NOT_SERVING once it says no, so probes restart the process."""
 
 
 def message_size_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -80,6 +83,7 @@ class ServiceRuntime:
         self.port = 0
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Task[None] | None = None
+        self._liveness_task: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -126,6 +130,8 @@ class ServiceRuntime:
         # "" is the whole server's status, the one probes ask for by default.
         for service in ["", *self.service_names]:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        if any(r.alive for r in self.registrations):
+            self._liveness_task = asyncio.get_running_loop().create_task(self._watch_liveness())
         # What exists at start-up (modules, stubs, servicers) lives as long as the process:
         # move it out of the collector's sight, so full collections stay short pauses
         # (without this, a 32-session read_file load showed ~100 ms stalls).
@@ -140,6 +146,21 @@ class ServiceRuntime:
             extra=log_fields(grpc=self.address, metrics=self.metrics_url),
         )
 
+    async def _watch_liveness(self, interval_seconds: float = 0.5) -> None:
+        """Health tells the truth: a servicer that can no longer serve is NOT_SERVING (and
+        so is the whole server, the status probes ask for)."""
+        dead: set[str] = set()
+        while True:
+            await asyncio.sleep(interval_seconds)
+            for registration in self.registrations:
+                name = registration.service_name
+                if name in dead or registration.alive is None or registration.alive():
+                    continue
+                dead.add(name)
+                log.error("%s can no longer serve; health is NOT_SERVING", name)
+                for service in ("", name):
+                    await self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+
     def request_shutdown(self) -> asyncio.Task[None]:
         """Begin graceful shutdown (idempotent); returns the task that completes it."""
         if self._shutdown_task is None:
@@ -151,6 +172,8 @@ class ServiceRuntime:
 
     async def _shutdown(self) -> None:
         log.info("%s shutting down", self.name, extra=log_fields(drain=self.settings.drain_seconds))
+        if self._liveness_task is not None:
+            self._liveness_task.cancel()
         await self.health.enter_graceful_shutdown()
         await asyncio.sleep(self.settings.drain_seconds)
         if self.server is not None:

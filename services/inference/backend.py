@@ -154,6 +154,11 @@ class InferenceBackend(Protocol):
     @property
     def policy_version(self) -> int: ...
 
+    @property
+    def alive(self) -> bool:
+        """False once the engine has died and can serve no request again."""
+        ...
+
     def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
         """Stream deltas of all n completions until each has finished. Closing the iterator
         early (`aclose`, or the consuming task being cancelled) cancels the request and

@@ -72,5 +72,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
 
 def registration(servicer: InferenceServicer) -> Registration:
     return Registration(
-        servicer, inference_pb2_grpc.add_InferenceServiceServicer_to_server, SERVICE_NAME
+        servicer,
+        inference_pb2_grpc.add_InferenceServiceServicer_to_server,
+        SERVICE_NAME,
+        alive=lambda: servicer.backend.alive,
     )

@@ -155,7 +155,8 @@ class TorchBackend:
                 self._fail_in_flight(error)
             except BaseException as error:  # the thread itself is ending: refuse requests
                 self._error = error
-                self.engine.cancel_all()
+                # The requests in flight fail too, rather than end as if cancelled.
+                self._fail_in_flight(RuntimeError(f"the torch engine died: {error!r}"))
                 raise
 
     def _fail_in_flight(self, error: Exception) -> None:
@@ -166,6 +167,10 @@ class TorchBackend:
         for fail in failures:
             fail(error)  # queued before the "cancelled" endings below, so it is seen first
         self.engine.cancel_all()
+
+    @property
+    def alive(self) -> bool:
+        return self._error is None
 
     def _raise_if_dead(self) -> None:
         if self._error is not None:

@@ -307,6 +307,10 @@ class VllmBackend:
     def policy_version(self) -> int:
         return self._version
 
+    @property
+    def alive(self) -> bool:
+        return not self._engine.errored
+
     def _check(self, request: GenerationRequest) -> VllmSamplingParams:
         s = request.sampling
         validate_request(request, max_model_len=self.max_model_len, vocab_size=self._vocab_size)

@@ -250,6 +250,28 @@ async def test_an_engine_fault_fails_the_request_and_the_engine_keeps_serving(in
     assert backend.stats().kv_cache_usage == 0
 
 
+async def test_an_engine_that_died_is_reported_not_serving(inference):
+    """A mock of a fault no request can cause: the engine's thread itself ends (as it would
+    on an interpreter-level error). Calls then fail UNAVAILABLE, and health must say so
+    instead of SERVING, so a probe restarts the process."""
+    stub, channel, backend = inference  # noqa: F811
+
+    def dying_step():
+        raise SystemExit("simulated death of the engine thread")
+
+    backend.engine.step = dying_step
+    assert await code_of(lambda: stub.Generate(generate("doomed"))) in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,
+    )
+    for _ in range(40):
+        if await health(channel) == "NOT_SERVING":
+            break
+        await asyncio.sleep(0.1)
+    assert await health(channel) == "NOT_SERVING"
+    assert await code_of(lambda: stub.Generate(generate("after"))) == grpc.StatusCode.UNAVAILABLE
+
+
 @pytest.mark.parametrize(
     "body",
     ['{"prompt": [1, 2], "temperature": NaN}', '{"prompt": [1, 2], "top_p": Infinity}',
