@@ -42,6 +42,9 @@ class RolloutRequest(Payload, tag="rollout.v1"):
     """Position of this rollout in its group, 0-based."""
     min_policy_version: int
     """Oldest policy version allowed to start this rollout (bounds staleness)."""
+    hint_tier: int = 0
+    """How much of the fix the instruction gives away (etude.tasks.hints): 0 none … 3 the
+    function's source."""
 
 
 class Trajectory(Payload, tag="trajectory.v1"):

