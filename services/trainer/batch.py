@@ -45,18 +45,30 @@ def collate(trajectories: list[Trajectory], pad_id: int = 0) -> Batch:
     return Batch(inputs, targets, behaviour, versions, mask, rewards)
 
 
-def token_logprobs(model: Transformer, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model: Transformer, batch: Batch, *, policy_tokens_only: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(target | prefix) for every column, differentiable, and the model's MoE
-    load-balancing loss (when training). Computed in fp32 whatever the model's dtype."""
+    load-balancing loss (when training). Computed in fp32 whatever the model's dtype.
+
+    `policy_tokens_only`: the output layer runs only where the mask is 1 and other columns
+    hold 0. The prompt and tool results need no logits, and with a 49k vocabulary the full
+    [B, T, V] logits (and their log-softmax) are most of a step's memory."""
+    if policy_tokens_only:
+        logprobs_N, _, aux = _masked_logprobs(model, batch, entropy=False)
+        return _scatter(logprobs_N, batch), aux
     logprobs_BTV, aux = _vocab_logprobs(model, batch)
     return _gather(logprobs_BTV, batch), aux
 
 
 def token_logprobs_and_entropy(
-    model: Transformer, batch: Batch
+    model: Transformer, batch: Batch, *, policy_tokens_only: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """`token_logprobs` plus the entropy of the policy's distribution at every column, from
-    the same forward pass."""
+    the same forward pass (0 at the columns `policy_tokens_only` leaves out)."""
+    if policy_tokens_only:
+        logprobs_N, entropy_N, aux = _masked_logprobs(model, batch, entropy=True)
+        return _scatter(logprobs_N, batch), _scatter(entropy_N, batch), aux
     logprobs_BTV, aux = _vocab_logprobs(model, batch)
     entropy_BT = -(logprobs_BTV.exp() * logprobs_BTV).sum(-1)
     return _gather(logprobs_BTV, batch), entropy_BT, aux
@@ -65,6 +77,24 @@ def token_logprobs_and_entropy(
 def _vocab_logprobs(model: Transformer, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
     out = model(batch.inputs_BT)
     return out.logits.float().log_softmax(-1), out.aux_loss
+
+
+def _masked_logprobs(model: Transformer, batch: Batch, *, entropy: bool):
+    """Logprobs of the targets (and entropies) at the N columns with mask 1, as [N]."""
+    at_N = batch.mask_BT.reshape(-1).nonzero().squeeze(-1)
+    out = model(batch.inputs_BT, logits_at=at_N)
+    logprobs_NV = out.logits.float().log_softmax(-1)
+    targets_N = batch.targets_BT.reshape(-1)[at_N]
+    chosen_N = logprobs_NV.gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
+    entropy_N = -(logprobs_NV.exp() * logprobs_NV).sum(-1) if entropy else None
+    return chosen_N, entropy_N, out.aux_loss
+
+
+def _scatter(values_N: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """[N] values at the mask's columns back into a [B, T] tensor of zeros."""
+    at_N = batch.mask_BT.reshape(-1).nonzero().squeeze(-1)
+    full = values_N.new_zeros(batch.mask_BT.numel())
+    return full.index_put((at_N,), values_N).reshape(batch.mask_BT.shape)
 
 
 def _gather(logprobs_BTV: torch.Tensor, batch: Batch) -> torch.Tensor:

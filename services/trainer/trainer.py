@@ -21,6 +21,7 @@ from etude.common.payloads import Trajectory
 from etude.common.run_config import TrainerConfig
 from etude.model.model import Transformer
 from etude.trainer.batch import Batch, collate, token_logprobs, token_logprobs_and_entropy
+from etude.trainer.freezing import train_last_layers, trainable_parameters
 from etude.trainer.loss import LossConfig, group_advantages, policy_loss
 
 
@@ -57,7 +58,8 @@ def loss_config(config: TrainerConfig) -> LossConfig:
 
 
 def build_optimizer(model: Transformer, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    """AdamW over the parameters that train (`trainer.trainable_layers`)."""
+    return torch.optim.AdamW(trainable_parameters(model), lr=lr, weight_decay=weight_decay)
 
 
 def advantages_of(groups: list[list[Trajectory]], normalize_std: bool) -> torch.Tensor:
@@ -78,6 +80,7 @@ class PolicyTrainer:
         self.model = model
         self.config = config
         self.reference = reference
+        self.trainable = train_last_layers(model, config.trainable_layers)
         self.optimizer = build_optimizer(model, config.lr, config.weight_decay)
         self.loss_config = loss_config(config)
 
@@ -103,7 +106,9 @@ class PolicyTrainer:
             weight = tokens / total_tokens if by_tokens else (rows.stop - rows.start) / B
             if tokens == 0 and by_tokens:
                 continue
-            logprobs, entropy_BT, aux = token_logprobs_and_entropy(self.model, micro)
+            logprobs, entropy_BT, aux = token_logprobs_and_entropy(
+                self.model, micro, policy_tokens_only=self.config.policy_token_logits
+            )
             reference = self._reference_logprobs(micro)
             policy, stats = policy_loss(
                 logprobs, micro.behaviour_logprobs_BT, advantages_B[rows], micro.mask_BT,
@@ -123,7 +128,9 @@ class PolicyTrainer:
                 ("mm", stats.mismatch_kl * token_share), ("kl", stats.kl * token_share),
             ):  # fmt: skip
                 sums[key] += value
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            trainable_parameters(self.model), self.config.grad_clip
+        )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         rewards = batch.rewards_B
@@ -140,4 +147,5 @@ class PolicyTrainer:
     def _reference_logprobs(self, micro: Batch) -> torch.Tensor | None:
         if self.reference is None or not self.config.loss.kl_coef:
             return None
-        return token_logprobs(self.reference, micro)[0]
+        only = self.config.policy_token_logits
+        return token_logprobs(self.reference, micro, policy_tokens_only=only)[0]

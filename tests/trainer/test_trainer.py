@@ -84,3 +84,32 @@ def test_a_step_on_mxfp8_matches_the_unquantized_loss_closely():
     # The behaviour logprobs (-2) are far from the model's, so the mismatch KL is large and
     # the same in both precisions up to quantization noise.
     assert losses["mxfp8"].mismatch_kl == pytest.approx(losses["bf16"].mismatch_kl, rel=0.05)
+
+
+def test_policy_token_logits_give_the_same_step_as_full_logits():
+    base = _model()
+    after = []
+    for only in (False, True):
+        model = copy.deepcopy(base)
+        config = TrainerConfig(lr=1e-3, policy_token_logits=only)
+        stats = PolicyTrainer(model, config).step(GROUPS)
+        after.append((stats, _params(model)))
+    (full, full_params), (masked, masked_params) = after
+    assert masked.loss == pytest.approx(full.loss, rel=1e-5, abs=1e-7)
+    assert masked.entropy == pytest.approx(full.entropy, rel=1e-5)
+    assert masked.grad_norm == pytest.approx(full.grad_norm, rel=1e-4)
+    assert torch.allclose(full_params, masked_params, atol=1e-6)
+
+
+def test_trainable_layers_move_only_the_last_layers_and_the_final_norm():
+    model = build_model(dataclasses.replace(preset("tiny-dense"), num_hidden_layers=3), seed=1)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = PolicyTrainer(model, TrainerConfig(lr=1e-2, trainable_layers=1))
+    assert trainer.trainable and all(
+        n.startswith(("model.layers.2.", "model.norm.", "lm_head.")) for n in trainer.trainable
+    )
+    trainer.step(GROUPS)
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved == set(trainer.trainable)
+    # The optimizer holds state only for what trains.
+    assert len(trainer.optimizer.state) == len(trainer.trainable)
