@@ -8,7 +8,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-app = typer.Typer(help="The policy model: write a checkpoint, train its tokenizer.")
+app = typer.Typer(
+    help="The policy model: write, import or upcycle a checkpoint, train its tokenizer."
+)
 console = Console(stderr=True)
 
 OutDir = Annotated[Path, typer.Option("--out", help="The tokenizer directory to write.")]
@@ -75,3 +77,65 @@ def init_command(
         console.print(f"[red]{error}[/]")
         raise typer.Exit(1) from None
     console.print(f"Wrote {out}: {preset}, {model.num_parameters / 1e6:.1f} M parameters, {dtype}")
+
+
+@app.command("import")
+def import_command(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A .gguf file, a Hugging Face checkpoint directory, or a pretrained name "
+            "(smollm2-135m)."
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The checkpoint directory to write.")],
+    gguf_file: Annotated[
+        str | None, typer.Option("--gguf-file", help="The .gguf file inside a SOURCE directory.")
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="float32 (dequantized) or bfloat16.")] = "float32",
+) -> None:
+    """Import a pretrained model as a checkpoint directory (config.json, model.safetensors,
+    the tokenizer with its chat template, generation_config.json). The tokenizer gets no new
+    tokens: its EOS becomes the token that ends a chat turn."""
+    from etude.model.importing import import_checkpoint
+    from etude.model.pretrained import PRETRAINED, import_pretrained
+
+    try:
+        if source in PRETRAINED and gguf_file is None:
+            model = import_pretrained(source, out, dtype=dtype)
+        else:
+            model = import_checkpoint(Path(source), out, gguf_file=gguf_file, dtype=dtype)
+    except (ValueError, OSError) as error:
+        console.print(f"[red]{error}[/]", soft_wrap=True)
+        raise typer.Exit(1) from None
+    config = model.config
+    console.print(
+        f"Wrote {out}: {config.model_type}, {model.num_parameters / 1e6:.1f} M parameters, "
+        f"{dtype}, eos id {config.eos_token_id}",
+        soft_wrap=True,
+    )
+
+
+@app.command("upcycle")
+def upcycle_command(
+    source: Annotated[Path, typer.Argument(help="A dense checkpoint directory.", exists=True)],
+    experts: Annotated[int, typer.Option("--experts", help="Experts per layer.")],
+    top_k: Annotated[int, typer.Option("--top-k", help="Experts per token.")],
+    out: Annotated[Path, typer.Option("--out", help="The checkpoint directory to write.")],
+    seed: Annotated[int, typer.Option(help="Seed of the router's initial weights.")] = 0,
+) -> None:
+    """Turn a dense checkpoint into an MoE by sparse upcycling: every expert a copy of the
+    dense MLP, so its logits equal the dense model's until it trains."""
+    from etude.model.upcycling import upcycle_checkpoint
+
+    try:
+        model = upcycle_checkpoint(source, out, num_experts=experts, top_k=top_k, seed=seed)
+    except (ValueError, OSError) as error:
+        console.print(f"[red]{error}[/]", soft_wrap=True)
+        raise typer.Exit(1) from None
+    config = model.config
+    console.print(
+        f"Wrote {out}: {config.model_type}, {experts} experts (top-{top_k}), "
+        f"{model.num_parameters / 1e6:.1f} M parameters",
+        soft_wrap=True,
+    )

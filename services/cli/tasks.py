@@ -7,6 +7,7 @@ import os
 import random
 import tarfile
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from etude.environment.sandbox.bwrap import find_bwrap
+from etude.tasks.hinting import HintResult, hint_all
 from etude.tasks.materialize import (
     HELD_OUT_PROJECTS,
     PROJECTS_DIR,
@@ -33,6 +35,7 @@ from etude.tasks.synth.synthesize import (
 )
 from etude.tasks.task import Task, read_jsonl, write_jsonl
 from etude.tasks.verify import Verdict, verify_all
+from etude.trainer.taskset import taskset_path
 
 app = typer.Typer(help="Coding tasks: synthesize them, build their repositories, list them.")
 console = Console(stderr=True)
@@ -170,4 +173,41 @@ def verify(
     for verdict in failed:
         console.print(f"[red]{verdict.task_id}[/]: {verdict.problem}")
     console.print(f"{len(selected) - len(failed)} of {len(selected)} tasks verified.")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def hints(
+    taskset: Annotated[str, typer.Argument(help="etude-mini or a JSONL file.")] = "etude-mini",
+    out: Annotated[Path | None, typer.Option(help="JSONL to write (default: in place).")] = None,
+    cache: Annotated[Path, typer.Option(help="Where repositories go.")] = Path(".etude/tasks"),
+    checkouts: Annotated[Path | None, typer.Option(help="Checkouts for SWE-bench tasks.")] = None,
+    workers: Annotated[int, typer.Option(help="Tasks run at once.")] = os.cpu_count() or 1,
+) -> None:
+    """Compute each task's hints (the first failing test's traceback, the function to fix
+    and its source) into metadata.hints, for training at hint tiers 1-3."""
+    source = taskset_path(taskset)
+    selected = list(read_jsonl(source))
+    failed: list[HintResult] = []
+    started = time.perf_counter()
+    with Progress(*_bar_columns(), console=console) as progress:
+        bar = progress.add_task("hinting", total=len(selected), tried=0)
+
+        def on_done(result: HintResult) -> None:
+            if result.problem:
+                failed.append(result)
+            progress.update(bar, advance=1, tried=len(failed))
+
+        results = hint_all(
+            selected, cache, find_bwrap(None), workers=workers, checkouts_dir=checkouts,
+            on_done=on_done,
+        )  # fmt: skip
+    target = out or source
+    write_jsonl(target, [r.task for r in results])
+    for result in failed:
+        console.print(f"[red]{result.task.id}[/]: {result.problem}")
+    console.print(
+        f"Hints for {len(selected) - len(failed)} of {len(selected)} tasks in {target} "
+        f"({time.perf_counter() - started:.0f}s)."
+    )
     raise typer.Exit(1 if failed else 0)

@@ -70,6 +70,22 @@ class Trajectory(Payload, tag="trajectory.v1"):
     turn_seconds: list[float] = []
     finish_reason: str = ""
     """submitted, no_tool_call, max_turns, max_tokens or timeout."""
+    valid_calls: int = 0
+    """Calls that parsed and that the environment accepted (whatever their outcome)."""
+    malformed_calls: int = 0
+    """Calls the parser rejected plus calls the environment refused as bad arguments."""
+    edits: int = 0
+    """Valid `edit_file` calls."""
+    blind_edits: int = 0
+    """Edits to a file not read with `read_file` in an earlier turn (etude.rollout.behaviour)."""
+    reads_before_first_edit: int | None = None
+    """Read/search calls before the first edit; None when the episode made no edit."""
+
+    @property
+    def correctness(self) -> float:
+        """The reward service's reward, before any efficiency deduction: what pass rates
+        count (trajectories written before the component existed had no deduction)."""
+        return self.reward_components.get("correctness", self.reward)
 
 
 class UnknownSchemaError(ValueError):

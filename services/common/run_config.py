@@ -93,6 +93,9 @@ class SftConfig(_Part):
     """Share of demonstrated tasks kept out of training for the held-out SFT loss."""
     trainable_layers: int | None = Field(default=None, ge=0, le=100_000)
     """Train only the last N decoder layers (with the final norm); None: every parameter."""
+    cache_dir: Path | None = None
+    """Keep the SFT policy here, keyed by everything that shapes it, and reuse it when a run
+    with the same key starts (`make run` builds it once); None: always train."""
 
 
 class RolloutConfig(_Part):

@@ -5,7 +5,8 @@ and hands out deltas. `etude.inference.torch_backend` drives it from a thread.
 
 Weight updates and aborts are queued and applied at the start of a step, i.e. between two
 decode steps: requests in flight continue, and every token records the policy version it
-was sampled under.
+was sampled under. An update may carry any subset of the tensors (checkpoint names); the rest
+keep their values.
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ class TorchEngine:
         self._aborts: set[str] = set()
         self._updates: deque[_WeightUpdate] = deque()
         self._adapter = StateDictAdapter(model.config)
-        self._parameters = dict(model.named_parameters())
+        # Every name, shared ones included: with tied embeddings `lm_head.weight` is the
+        # embedding's parameter under a second name, and a trainer's state_dict sends both.
+        self._parameters = dict(model.named_parameters(remove_duplicate=False))
 
     # -- called from any thread ---------------------------------------------------------
 

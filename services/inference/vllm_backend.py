@@ -31,6 +31,9 @@ packed again. GPU expert kernels have nothing to redo there.
 `_WorkerExtension.etude_reload_weights` re-runs that packing (`cpu_prepack_moe_weight`, the
 same op the first load runs) on every CPU MoE layer after the reload, which makes an update
 exact: logprobs after an update equal those of an engine started from the new checkpoint.
+The same holds for a tied LM head (Llama, SmolLM2): the CPU GEMM multiplies by a packed copy
+of the embedding that the reload does not refresh, so an update that carries the embedding
+repacks the head (`_repack_tied_lm_head`).
 Limitation: that repair needs ``moe_intermediate_size`` to be a multiple of the CPU kernel's
 alignment (32; every Qwen3-MoE release is), since vLLM pads other sizes at load time and its
 reload cannot copy unpadded experts into padded parameters; such a model is refused at
@@ -52,7 +55,7 @@ import gc
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +82,8 @@ from etude.inference.backend import (
     InferenceError,
     validate_request,
 )
-from etude.model.state_dict_adapter import split_stacked_experts
+from etude.model.config import ModelConfig
+from etude.model.state_dict_adapter import StateDictAdapter, split_stacked_experts
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
@@ -146,13 +150,26 @@ class _WorkerExtension:
 
         weights = load_safetensors(blob)
         self.reload_weights(weights_iterator=iter(weights.items()))
+        model = self.model_runner.get_model()
         with torch.no_grad():
-            for _, layer in _cpu_moe_layers(self.model_runner.get_model()):
+            for _, layer in _cpu_moe_layers(model):
                 isa = layer.quant_method.moe_kernel.fused_experts.isa
                 for param in (layer.w13_weight, layer.w2_weight):
                     # In place: the kernel and any captured graph keep this storage.
                     param.data.copy_(cpu_prepack_moe_weight(param.data, isa))
+            if any("embed_tokens" in name for name in weights):
+                _repack_tied_lm_head(model)
         return len(weights)
+
+
+def _repack_tied_lm_head(model: torch.nn.Module) -> None:
+    """vLLM's CPU GEMMs multiply by a packed copy of each weight made after loading, and a
+    reload repacks the layers it loads; a tied LM head loads nothing of its own (its weight
+    is the embedding's), so its packed copy would keep the old embedding. Repack it."""
+    head = getattr(model, "lm_head", None)
+    method = getattr(head, "quant_method", None)
+    if getattr(model.config, "tie_word_embeddings", False) and method is not None:
+        method.process_weights_after_loading(head)
 
 
 def _cpu_moe_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
@@ -178,15 +195,29 @@ def _checkpoint_shapes(checkpoint_dir: Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+CheckpointNames = Callable[[Iterable[tuple[str, torch.Tensor]]], Iterable[tuple[str, torch.Tensor]]]
+
+
+def _checkpoint_names(checkpoint_dir: Path) -> CheckpointNames:
+    """Our tensor names → the checkpoint's: stacked experts split, and Mixtral's expert names
+    for an MoE with Llama attention (an upcycled Llama)."""
+    try:
+        config = ModelConfig.load(checkpoint_dir)
+    except ValueError:  # a layout etude.model does not build: its names are used as they are
+        return split_stacked_experts
+    return StateDictAdapter(config).iter_to_hf
+
+
 def _checked(
-    tensors: Iterable[tuple[str, torch.Tensor]], shapes: dict[str, tuple[int, ...]]
+    tensors: Iterable[tuple[str, torch.Tensor]],
+    shapes: dict[str, tuple[int, ...]],
+    to_checkpoint_names: CheckpointNames = split_stacked_experts,
 ) -> list[tuple[str, torch.Tensor]]:
-    """Checkpoint-named tensors (stacked experts split), each known with the right shape.
-    vLLM's loaders skip names they do not know, so an unchecked typo would change nothing
-    and still report success."""
+    """Checkpoint-named tensors, each known with the right shape. vLLM's loaders skip names
+    they do not know, so an unchecked typo would change nothing and still report success."""
     named = [
         (name, tensor)
-        for name, tensor in split_stacked_experts(tensors)
+        for name, tensor in to_checkpoint_names(tensors)
         if name != "lm_head.weight" or name in shapes  # tied: the embedding carries it
     ]
     for name, tensor in named:
@@ -228,8 +259,10 @@ class VllmBackend:
         shapes: dict[str, tuple[int, ...]],
         version: int,
         stats_sink: _LatestSchedulerStats,
+        to_checkpoint_names: CheckpointNames = split_stacked_experts,
     ) -> None:
         self._engine = engine
+        self._to_checkpoint_names = to_checkpoint_names
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.num_parameters = sum(math.prod(shape) for shape in shapes.values())
@@ -297,6 +330,7 @@ class VllmBackend:
                 shapes=_checkpoint_shapes(checkpoint_dir),
                 version=version,
                 stats_sink=stats_sink,
+                to_checkpoint_names=_checkpoint_names(checkpoint_dir),
             )
         except BaseException:
             engine.shutdown()
@@ -411,7 +445,7 @@ class VllmBackend:
     ) -> int:
         if self._closed:
             raise InferenceError("the backend is closed")
-        blob = _pack(_checked(tensors, self._shapes))
+        blob = _pack(_checked(tensors, self._shapes, self._to_checkpoint_names))
         async with self._update_lock:
             try:
                 await self._engine.collective_rpc("etude_check_reloadable")

@@ -63,17 +63,27 @@ def read_checkpoint_tensors(directory: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def load_model(directory: Path, dtype: str | None = None) -> Transformer:
-    """`from_pretrained`: a checkpoint directory written here or by transformers."""
-    config = ModelConfig.load(directory)
+def model_from_hf_tensors(
+    config: ModelConfig, tensors: dict[str, torch.Tensor], where: str | Path
+) -> Transformer:
+    """A model holding exactly `tensors` (checkpoint names); refuses a tensor too many or
+    too few (`where` names the source in the error)."""
     model = Transformer(config)
-    state = StateDictAdapter(config).from_hf(read_checkpoint_tensors(directory))
+    state = StateDictAdapter(config).from_hf(tensors)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected:
-        raise ValueError(f"{directory}: tensors the model does not have: {unexpected[:5]}")
+        raise ValueError(f"{where}: tensors the model does not have: {unexpected[:5]}")
     missing = [m for m in missing if not (config.tie_word_embeddings and m == "lm_head.weight")]
     if missing:
-        raise ValueError(f"{directory}: checkpoint lacks {missing[:5]}")
+        raise ValueError(f"{where}: checkpoint lacks {missing[:5]}")
+    return model
+
+
+def load_model(directory: Path, dtype: str | None = None) -> Transformer:
+    """`from_pretrained`: a checkpoint directory written here or by transformers (Qwen3-MoE,
+    Qwen3, Llama, Mixtral)."""
+    config = ModelConfig.load(directory)
+    model = model_from_hf_tensors(config, read_checkpoint_tensors(directory), directory)
     return model.to(torch_dtype(dtype or config.torch_dtype))
 
 
@@ -81,10 +91,18 @@ def from_pretrained(
     source: str | Path, *, vocab_size: int | None = None, seed: int = 0, dtype: str | None = None
 ) -> Transformer:
     """A preset name (`tiny`, `tiny-dense`, `small`: fresh weights from `seed`) or a
-    checkpoint directory."""
+    checkpoint directory. A pretrained name (`smollm2-135m`) must be imported first:
+    `etude.model.pretrained.resolve_init` turns it into a directory."""
     path = Path(source)
     if path.is_dir():
         return load_model(path, dtype)
+    from etude.model.pretrained import PRETRAINED
+
+    if str(source) in PRETRAINED:
+        raise ValueError(
+            f"{source!r} is a pretrained model: import it first (`etude model import {source} "
+            "--out DIR`, or etude.model.pretrained.resolve_init) and load the directory"
+        )
     config = preset(str(source), vocab_size or 8192)
     return build_model(config, seed, dtype)
 

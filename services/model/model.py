@@ -1,5 +1,6 @@
-"""The policy network: Qwen3-MoE (or dense Qwen3) with Hugging Face's module names, so that
-`state_dict()` keys equal the checkpoint's tensor names except for the stacked experts.
+"""The policy network: Qwen3-MoE, dense Qwen3, Llama or Mixtral (see `ModelConfig`) with
+Hugging Face's module names, so that `state_dict()` keys equal the checkpoint's tensor names
+except for the stacked experts (and Mixtral's expert names, see the state-dict adapter).
 
 Shape suffixes: B batch, T tokens, D model width, H heads, K key/value heads, Dh head width,
 V vocabulary.
@@ -7,6 +8,7 @@ V vocabulary.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -31,12 +33,29 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
+def rope_frequencies(config: ModelConfig) -> torch.Tensor:
+    """RoPE's inverse frequencies [Dh/2], with Llama 3's scaling when configured: wavelengths
+    longer than the original context are stretched by `factor`, shorter ones than
+    context / high_freq_factor kept, the band between interpolated."""
+    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float()
+    inv_freq = 1.0 / (config.rope_theta ** (exponents / config.head_dim))
+    if config.rope_scaling is None:
+        return inv_freq
+    scaling = config.rope_scaling
+    factor, context = scaling["factor"], scaling["original_max_position_embeddings"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelength = 2 * math.pi / inv_freq
+    stretched = torch.where(wavelength > context / low, inv_freq / factor, inv_freq)
+    smooth = (context / wavelength - low) / (high - low)
+    interpolated = (1 - smooth) * stretched / factor + smooth * stretched
+    between = (wavelength >= context / high) & (wavelength <= context / low)
+    return torch.where(between, interpolated, stretched)
+
+
 class RotaryEmbedding(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        exponents = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float()
-        inv_freq = 1.0 / (config.rope_theta ** (exponents / config.head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", rope_frequencies(config), persistent=False)
 
     def forward(self, positions_BT: torch.Tensor, dtype: torch.dtype):
         angles = positions_BT.float()[..., None] * self.inv_freq  # [B, T, Dh/2]
@@ -55,7 +74,8 @@ def apply_rotary(x_BTHD: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> 
 
 
 class Attention(nn.Module):
-    """Grouped-query attention with RMSNorm on each query and key head (Qwen3)."""
+    """Grouped-query attention, with RMSNorm on each query and key head (Qwen3) or without
+    (Llama, `qk_norm=False`: no `q_norm`/`k_norm` tensors at all)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -67,8 +87,11 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(width, self.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(width, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, width, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = nn.Identity()
 
     def forward(self, x_BTD, rope, layer: int, cache: CacheBatch | None) -> torch.Tensor:
         B, T, _ = x_BTD.shape

@@ -150,6 +150,34 @@ def load_tokenizer(source: str | Path | None = None) -> PreTrainedTokenizerFast:
     return AutoTokenizer.from_pretrained(directory)
 
 
+def turn_end_token(tokenizer: PreTrainedTokenizerFast) -> str | None:
+    """The special token the chat template closes a turn with (`<|im_end|>` in ChatML), or
+    None when the tokenizer has no chat template or its turns end in plain text."""
+    if not tokenizer.chat_template:
+        return None
+    sentinel = "\x00turn\x00"
+    conversation = [{"role": "user", "content": sentinel}]
+    rendered = tokenizer.apply_chat_template(conversation, tokenize=False)
+    after = rendered[rendered.index(sentinel) + len(sentinel) :]
+    ids = tokenizer.encode(after, add_special_tokens=False)
+    special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
+    return tokenizer.convert_ids_to_tokens(ids[0]) if ids and ids[0] in special else None
+
+
+def set_chat_stop_tokens(tokenizer: PreTrainedTokenizerFast) -> tuple[int, int]:
+    """Make EOS the token that ends a chat turn and give the tokenizer a pad token (EOS when
+    it has none), without adding tokens; returns (eos id, pad id). Samplers stop at EOS, so
+    a policy's turn must end with it."""
+    turn_end = turn_end_token(tokenizer)
+    if turn_end is not None and turn_end != tokenizer.eos_token:
+        tokenizer.eos_token = turn_end
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no EOS token and its chat template ends no turn")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer.eos_token_id, tokenizer.pad_token_id
+
+
 def chars_per_token(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> float:
     """Mean characters per token over ``texts``: how well the tokenizer compresses them."""
     texts = list(texts)

@@ -34,8 +34,9 @@ from etude.environment.client import EnvironmentClient
 from etude.environment.tools import tool_specs
 from etude.reward.grader import Score
 from etude.rollout import metrics
-from etude.rollout.prompt import IM_END, episode_start, observation
+from etude.rollout.prompt import IM_END, episode_start, observation, system_prompt
 from etude.rollout.trajectory import TrajectoryBuilder
+from etude.tasks.hints import at_tier
 from etude.tasks.task import Task
 
 # Below this many tokens of budget a turn cannot hold even one tool call.
@@ -49,12 +50,14 @@ class EpisodeLimits:
     max_episode_tokens: int = 3072
     max_tool_output_chars: int = 2000
     wall_clock_seconds: float = 300.0
+    turn_cost: float = 0.0
+    """Deducted from the reward per turn (etude.rollout.trajectory.efficiency_reward)."""
 
     @classmethod
     def from_config(cls, config: RolloutConfig) -> EpisodeLimits:
         return cls(
             config.max_turns, config.max_new_tokens, config.max_episode_tokens,
-            config.max_tool_output_chars, config.wall_clock_seconds,
+            config.max_tool_output_chars, config.wall_clock_seconds, config.turn_cost,
         )  # fmt: skip
 
 
@@ -103,10 +106,12 @@ class EpisodeRunner:
         self._tools = tools_by_name(tool_specs())
 
     async def run(self, request: RolloutRequest, task: Task, sampler: TurnSampler) -> Trajectory:
+        task = at_tier(task, request.hint_tier)  # graded by id: the hints change no test
+        system = system_prompt(short=request.hint_tier == 3)
         repository = await asyncio.to_thread(self.repository_for, task)
         session = await self.environment.create_session(task.id, str(repository))
         builder = TrajectoryBuilder(request)
-        builder.add_context(self.tokenizer.encode(episode_start(task.instruction)))
+        builder.add_context(self.tokenizer.encode(episode_start(task.instruction, system)))
         try:
             try:
                 reason = await asyncio.wait_for(
@@ -118,8 +123,9 @@ class EpisodeRunner:
             score = await self.reward.score(task.id, session_id=session.session_id)
         finally:
             await self.environment.close_session(session.session_id)
-        metrics.record_episode(reason, score.reward, len(builder.calls_per_turn))
-        return builder.finish(score.reward, score.components, reason)
+        trajectory = builder.finish(score.reward, score.components, reason, self.limits.turn_cost)
+        metrics.record_episode(trajectory)
+        return trajectory
 
     async def _turns(
         self, session_id: str, builder: TrajectoryBuilder, sampler: TurnSampler
@@ -144,6 +150,7 @@ class EpisodeRunner:
                 await self.environment.execute(session_id, parsed.calls) if parsed.calls else []
             )
             builder.end_turn([c.name for c in parsed.calls], time.perf_counter() - started)
+            builder.behaviour.observe(parsed.calls, parsed.errors, results)
             metrics.record_tool_calls(results)
             if any(r.ends_episode for r in results):
                 return "submitted"

@@ -1,24 +1,52 @@
-"""pass@1 on held-out tasks: one greedy episode per task through the same agent loop."""
+"""pass@1 on held-out tasks through the same agent loop: `samples` episodes per task at one
+hint tier (greedy by default), pass@1 the share of all episodes that pass, with a 95%
+Wilson interval so two evaluations of a few dozen episodes can be told apart or not."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from etude.common.payloads import RolloutRequest
 from etude.rollout.agent import EpisodeRunner, Tokenizer
+from etude.rollout.behaviour import behaviour_summary
 from etude.rollout.samplers import Generator, PolicySampler
 from etude.tasks.task import Task
+
+Z_95 = 1.959963984540054
 
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     pass_at_1: float
+    """Passing episodes / episodes."""
     mean_reward: float
     rewards: dict[str, float]
+    """Per task: mean reward over its episodes."""
     finish_reasons: dict[str, int]
     seconds: float
+    behaviour: dict[str, float] = field(default_factory=dict)
+    """etude.rollout.behaviour.behaviour_summary of the evaluation's episodes."""
+    tier: int = 0
+    episodes: int = 0
+    passed: int = 0
+    ci_low: float = 0.0
+    """95% Wilson interval of pass@1."""
+    ci_high: float = 0.0
+
+
+def wilson_interval(passed: int, episodes: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (sound at 0 and at n, unlike the
+    normal approximation); (0, 1) when nothing was observed."""
+    if episodes == 0:
+        return 0.0, 1.0
+    p = passed / episodes
+    denominator = 1 + z * z / episodes
+    centre = (p + z * z / (2 * episodes)) / denominator
+    spread = z * math.sqrt(p * (1 - p) / episodes + z * z / (4 * episodes**2)) / denominator
+    return max(0.0, centre - spread), min(1.0, centre + spread)
 
 
 async def pass_at_1(
@@ -29,29 +57,49 @@ async def pass_at_1(
     *,
     label: str = "eval",
     concurrency: int = 4,
+    tier: int = 0,
+    samples: int = 1,
+    temperature: float = 0.0,
 ) -> Evaluation:
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
     started = time.perf_counter()
     gate = asyncio.Semaphore(concurrency)
 
-    async def attempt(index: int, task: Task):
+    async def attempt(index: int, task: Task, sample: int):
         request = RolloutRequest(
-            run_id=label, task_id=task.id, group_id=f"{label}-{index}", sample_index=0,
-            min_policy_version=0,
+            run_id=label, task_id=task.id, group_id=f"{label}-{index}", sample_index=sample,
+            min_policy_version=0, hint_tier=tier,
         )  # fmt: skip
-        sampler = PolicySampler(inference, tokenizer, f"{label}-{index}", temperature=0.0)
+        # Sampled episodes get a seed each, so an evaluation can be repeated exactly.
+        seed = None if temperature == 0 else index * samples + sample
+        sampler = PolicySampler(
+            inference, tokenizer, f"{label}-{index}-s{sample}", temperature=temperature, seed=seed
+        )
         async with gate:
             return await runner.run(request, task, sampler)
 
-    trajectories = await asyncio.gather(*(attempt(i, t) for i, t in enumerate(tasks)))
-    rewards = {t.task_id: t.reward for t in trajectories}
+    trajectories = await asyncio.gather(
+        *(attempt(i, t, s) for i, t in enumerate(tasks) for s in range(samples))
+    )
+    per_task: dict[str, list[float]] = {}
     reasons: dict[str, int] = {}
     for t in trajectories:
+        per_task.setdefault(t.task_id, []).append(t.reward)
         reasons[t.finish_reason] = reasons.get(t.finish_reason, 0) + 1
-    n = max(1, len(trajectories))
+    episodes = len(trajectories)
+    passed = sum(t.correctness >= 1.0 for t in trajectories)  # not the turn cost
+    low, high = wilson_interval(passed, episodes)
     return Evaluation(
-        pass_at_1=sum(r >= 1.0 for r in rewards.values()) / n,
-        mean_reward=sum(rewards.values()) / n,
-        rewards=rewards,
+        pass_at_1=passed / max(1, episodes),
+        mean_reward=sum(t.reward for t in trajectories) / max(1, episodes),
+        rewards={task_id: sum(r) / len(r) for task_id, r in per_task.items()},
         finish_reasons=reasons,
         seconds=time.perf_counter() - started,
+        behaviour=behaviour_summary(trajectories),
+        tier=tier,
+        episodes=episodes,
+        passed=passed,
+        ci_low=low,
+        ci_high=high,
     )

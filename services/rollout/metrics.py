@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from prometheus_client import Counter, Gauge, Histogram
 
 from etude.common.metrics import LATENCY_BUCKETS_SECONDS
+from etude.common.payloads import Trajectory
 from etude.environment.batch import ExecutedCall
 
 ROLLOUT_SECONDS = Histogram(
@@ -37,13 +38,34 @@ EPISODES = Counter(
 )
 REWARD = Histogram(
     "etude_rollout_reward",
-    "Reward of finished episodes.",
+    "The reward service's reward (correctness) of finished episodes, before any turn cost.",
     buckets=(0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0),
 )
 TURNS = Histogram(
     "etude_rollout_turns",
     "Assistant turns per episode.",
     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32),
+)
+TOOL_CALLS_PER_TURN = Histogram(
+    "etude_rollout_tool_calls_per_turn",
+    "Parsed tool calls per assistant turn (2 or more: a parallel batch).",
+    buckets=(0, 1, 2, 3, 4, 6, 8, 16, 32),
+)
+GENERATED_TOKENS = Histogram(
+    "etude_rollout_generated_tokens",
+    "Tokens the policy sampled per episode (the loss mask's ones).",
+    buckets=(16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+)
+CALLS = Counter(
+    "etude_rollout_tool_calls_total",
+    "Tool calls by outcome: valid, or malformed (rejected by the parser or refused by the "
+    "environment as bad arguments).",
+    ["kind"],
+)
+EDITS = Counter(
+    "etude_rollout_edits_total",
+    "edit_file calls; blind=true: to a file not read with read_file in an earlier turn.",
+    ["blind"],
 )
 FAILURES = Counter(
     "etude_rollout_failures_total",
@@ -53,10 +75,17 @@ FAILURES = Counter(
 IN_FLIGHT = Gauge("etude_rollout_in_flight", "Rollouts this worker is running now.")
 
 
-def record_episode(reason: str, reward: float, turns: int) -> None:
-    EPISODES.labels(reason).inc()
-    REWARD.observe(reward)
-    TURNS.observe(turns)
+def record_episode(trajectory: Trajectory) -> None:
+    EPISODES.labels(trajectory.finish_reason).inc()
+    REWARD.observe(trajectory.correctness)
+    TURNS.observe(trajectory.turns)
+    for calls in trajectory.calls_per_turn:
+        TOOL_CALLS_PER_TURN.observe(calls)
+    GENERATED_TOKENS.observe(sum(trajectory.loss_mask))
+    CALLS.labels("valid").inc(trajectory.valid_calls)
+    CALLS.labels("malformed").inc(trajectory.malformed_calls)
+    EDITS.labels("true").inc(trajectory.blind_edits)
+    EDITS.labels("false").inc(trajectory.edits - trajectory.blind_edits)
 
 
 def record_tool_calls(results: Iterable[ExecutedCall]) -> None:

@@ -11,7 +11,6 @@ groups already trained on (recorded in the checkpoint) are acknowledged and drop
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 
@@ -19,25 +18,29 @@ from etude.common.payloads import RolloutRequest, Trajectory
 from etude.common.queue import WorkQueue
 from etude.rollout.groups import GroupCollector, StepBatch
 from etude.rollout.streams import rollout_key
+from etude.tasks.draw import round_robin
 from etude.tasks.task import Task
 
 
 @dataclass(slots=True)
 class TaskCycle:
-    """Training tasks in a seeded order, reshuffled after each pass."""
+    """Training tasks, one project after another in turn (so a step's groups come from
+    different projects), in an order reshuffled for each pass; the cursor alone says where
+    a resumed run goes on."""
 
     tasks: list[Task]
     seed: int
     cursor: int = 0
-    _order: list[int] = field(default_factory=list)
+    _order: list[Task] = field(default_factory=list)
+    _epoch: int = -1
 
     def next(self) -> Task:
         epoch, position = divmod(self.cursor, len(self.tasks))
-        if position == 0 or not self._order:
-            self._order = list(range(len(self.tasks)))
-            random.Random(self.seed * 1_000_003 + epoch).shuffle(self._order)
+        if epoch != self._epoch:
+            self._order = round_robin(self.tasks, f"{self.seed}/pass-{epoch}")
+            self._epoch = epoch
         self.cursor += 1
-        return self.tasks[self._order[position]]
+        return self._order[position]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,7 @@ class Orchestrator:
         groups_per_step: int,
         over_provision: int,
         max_staleness: int,
+        hint_tier: int = 0,
         poll_ms: int = 500,
     ) -> None:
         self.run_id = run_id
@@ -70,6 +74,9 @@ class Orchestrator:
         self.in_flight_target = groups_per_step + over_provision
         self.max_staleness = max_staleness
         self.poll_ms = poll_ms
+        # The hint tier new rollouts are scheduled at (a curriculum lowers it as the run
+        # improves); groups already queued keep theirs.
+        self.hint_tier = hint_tier
         self.collector = GroupCollector(groups_per_step)
         self.next_group = 0
         self._entries: dict[str, list[str]] = {}  # group id -> its trajectory entry ids
@@ -94,6 +101,7 @@ class Orchestrator:
                 request = RolloutRequest(
                     run_id=self.run_id, task_id=task.id, group_id=group_id, sample_index=index,
                     min_policy_version=max(0, trainer_version - self.max_staleness),
+                    hint_tier=self.hint_tier,
                 )  # fmt: skip
                 items.append((request, rollout_key(request)))
         if items:
@@ -132,9 +140,12 @@ class Orchestrator:
             "groups": self.collector.snapshot(),
             "next_group": self.next_group,
             "task_cursor": self.tasks.cursor,
+            "hint_tier": self.hint_tier,
         }
 
     def restore(self, snapshot: dict) -> None:
         self.collector.restore(snapshot["groups"])
         self.next_group = snapshot["next_group"]
         self.tasks.cursor = snapshot["task_cursor"]
+        # Checkpoints written before tiers existed ran at the configured tier.
+        self.hint_tier = snapshot.get("hint_tier", self.hint_tier)

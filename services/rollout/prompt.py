@@ -1,10 +1,15 @@
 """What the policy reads: the system prompt (tools, the XML call format, the rules) and the
-ChatML turns around the task and the tool results."""
+ChatML turns around the task and the tool results.
+
+The short system prompt is for hint tier 3 (etude.tasks.hints), where the instruction
+already shows the function to fix with its line numbers: the episode is one edit and a
+submit, so the prompt documents only those two tools and leaves the budget to the task.
+"""
 
 from __future__ import annotations
 
 from etude.common.toolcalls import ToolCall, render_tool_calls
-from etude.environment.tools import describe_tools
+from etude.environment.tools import PATH_RULES, TOOLS, describe_tools
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
@@ -23,11 +28,47 @@ RULES = """\
   hidden tests grade the repository as you leave it. A turn with no tool call also ends it."""
 
 
-def system_prompt() -> str:
+SHORT_TOOLS = ("edit_file", "submit")
+
+_SHORT_EXAMPLE = render_tool_calls([
+    ToolCall(id="call_0", name="edit_file", arguments={
+        "path": "pkg/module.py",
+        "old_string": "    if count < limit:\n        return None",
+        "new_string": "    if count <= limit:\n        return None",
+    }),
+    ToolCall(id="call_1", name="submit", arguments={"message": "Fixed the bound check."}),
+])  # fmt: skip
+
+SHORT_RULES = """\
+- Write each call as a <tool_call> block, exactly as in the example.
+- old_string is the code to change copied from the task without the line numbers and the tab
+  before each line, indentation kept; new_string is the fixed code.
+- Calls of one turn run in order; submit ends the episode and hidden tests grade the
+  repository as you leave it."""
+
+
+def system_prompt(short: bool = False) -> str:
+    """The full prompt documents every tool; the short one (hint tier 3) edit_file and submit."""
+    if short:
+        tools = "\n\n".join([PATH_RULES, *(_describe(TOOLS[name]) for name in SHORT_TOOLS)])
+        return (
+            "You are a software engineer fixing a bug in the repository in /workspace. The task "
+            "shows the code to fix: change it with edit_file, then call submit.\n\n"
+            f"# Tools\n\n{tools}\n\n# Calling tools\n\n{_SHORT_EXAMPLE}\n\n"
+            f"# Rules\n\n{SHORT_RULES}"
+        )
     return (
         "You are a software engineer fixing a bug in the repository in /workspace.\n\n"
         f"# Tools\n\n{describe_tools()}\n\n# Calling tools\n\n{_EXAMPLE}\n\n# Rules\n\n{RULES}"
     )
+
+
+def _describe(registered) -> str:
+    parameters = ", ".join(
+        name if name in registered.spec.required else f"{name} (optional)"
+        for name in registered.parameters
+    )
+    return f"{registered.name}({parameters})\n{registered.description}"
 
 
 def episode_start(instruction: str, system: str | None = None) -> str:

@@ -9,7 +9,7 @@ from etude.environment.batch import ExecutedCall
 from etude.inference.backend import CompletionDelta, GenerationRequest, SamplingParams
 from etude.rollout.agent import SampledTurn, Tokenizer
 from etude.rollout.prompt import IM_END
-from etude.rollout.scripted import ScriptedSolver
+from etude.rollout.scripted import ScriptedSolver, ScriptError
 
 # Versions and logprobs of demonstration tokens: no policy sampled them.
 DEMONSTRATION_VERSION = 0
@@ -65,17 +65,26 @@ class PolicySampler:
 
 
 class ScriptedSampler:
-    """Turns from the scripted solver, tokenized, each closed with the end-of-turn token."""
+    """Turns from the scripted solver, tokenized, each closed with the end-of-turn token.
+
+    A script that has no honest move left (or whose call failed) ends the episode with a turn
+    that makes no call, so the loop still closes and grades the session; the solver's error
+    is kept in `error` for the caller to see why."""
 
     def __init__(self, solver: ScriptedSolver, tokenizer: Tokenizer) -> None:
         self.solver = solver
         self.tokenizer = tokenizer
         self.end_of_turn_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self.error: ScriptError | None = None
 
     async def sample(
         self, context_ids: list[int], results: list[ExecutedCall] | None, max_new_tokens: int
     ) -> SampledTurn:
-        text = self.solver.next_turn(results)
+        try:
+            text = self.solver.next_turn(results)
+        except ScriptError as error:
+            self.error = error
+            text = "I cannot go on from here."
         tokens = [*self.tokenizer.encode(text), self.end_of_turn_id]
         n = len(tokens)
         return SampledTurn(tokens, [0.0] * n, [DEMONSTRATION_VERSION] * n, text)

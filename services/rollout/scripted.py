@@ -1,39 +1,67 @@
-"""A scripted solver: plays the policy's part from a task's known fix, for SFT demonstrations.
+"""A scripted solver: plays the policy's part from a task's known fix, for SFT demonstrations
+that are honest — every argument follows from what the agent has been shown.
 
-The script makes a careful engineer's moves on a small bug, in four short turns:
+The agent sees the instruction at its hint tier (etude.tasks.hints) and the results of its
+calls; the solver also knows the fix. It works like a careful engineer who happens to
+choose well, turn by turn on the real results:
 
-1. one parallel batch of reads: `grep` for the function that holds the bug (its definition
-   and callers) and `read_file` on a narrow window around each changed span;
-2. `edit_file`, one call per hunk of the fix, in order;
-3. a smoke check that the changed modules still import (the hidden tests are not there);
-4. `submit`.
+1. search, when no line near the fix has been shown yet: grep (or codebase_search) for
+   words of the instruction or of earlier results, chosen so the hits land in the function
+   the fix changes (etude.rollout.scripted_search);
+2. read a window around a shown line that holds the lines the edit must quote;
+3. `edit_file`, quoting text a listing showed;
+4. optionally check that the changed module still imports (the hidden tests are not there);
+5. `submit`.
 
-Each turn is one line of prose followed by the rendered calls. The turns depend on the task
-alone, so a task always gives the same demonstration; results are only checked for failures,
-since a demonstration with a failed call would teach the failure.
+At tier 3 the function's source is in the instruction, so the baseline is two turns: edit,
+then submit. `variant` picks a style (etude.rollout.scripted_styles): parallel batches or one
+call per turn, codebase_search or grep first, reading before a tier-3 edit or not, the
+smoke check or not. Each turn is a line of prose and the calls; prose names only what was
+shown. Before writing a call the solver checks it with the same rules the honesty check
+applies afterwards (etude.rollout.scripted_sight), and raises ScriptError rather than
+write one it cannot justify.
 """
 
 from __future__ import annotations
 
-import keyword
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.batch import ExecutedCall
-from etude.tasks.materialize import BUNDLED_PREFIX, PROJECTS_DIR
+from etude.environment.tools.output import numbered_line
+from etude.rollout.scripted_patch import (
+    Edit,
+    Repository,
+    ScriptError,
+    parse_patch,
+    plan_edits,
+    split_lines,
+)
+from etude.rollout.scripted_search import (
+    COMPANION_CHARS,
+    SEARCH_K,
+    Probe,
+    Search,
+    Window,
+    best_window,
+    line_text,
+    merged,
+    plan_search,
+    semantic_query,
+    shown,
+)
+from etude.rollout.scripted_sight import Sight, words_of
+from etude.rollout.scripted_styles import Style, style_for
 from etude.tasks.task import Task
 
-# Lines shown either side of a changed span: enough to see the code around it, few enough
-# that the episode fits the policy's context next to the system prompt.
-READ_MARGIN = 10
-GREP_MAX_RESULTS = 10
+__all__ = ["SHOWN_CHARS", "ScriptError", "ScriptedSolver"]
 
-_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_SCOPE = re.compile(r"^(\s*)(?:async\s+def|def|class)\s+([A-Za-z_]\w*)")
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+SHOWN_CHARS = 2000
+"""The agent loop's cut of each tool result (`rollout.max_tool_output_chars`)."""
+MAX_SEARCHES = 4
 _MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:/[A-Za-z_]\w*)*\.py")
+_READ_SOURCES = frozenset({"read_file", "edit_file"})
 # The synthesizer's mutation kinds, as someone reading the code would name the bug.
 _DIAGNOSES = {
     "boolean_swap": "`and` and `or` are mixed up",
@@ -46,193 +74,285 @@ _DIAGNOSES = {
 }
 
 
-class ScriptError(ValueError):
-    """The task's fix cannot be played as a script (no gold patch, a created or deleted file,
-    a patch that does not match the repository), or a scripted call failed."""
+def instruction_at(task: Task, tier: int) -> str:
+    """The instruction an episode of `task` at `tier` shows."""
+    if tier == 0:
+        return task.instruction
+    from etude.tasks.hints import HintError, instruction_at_tier
 
-
-@dataclass(frozen=True, slots=True)
-class Hunk:
-    path: str
-    old_start: int
-    new_start: int
-    lines: tuple[tuple[str, str], ...]
-    """(tag, text with its newline) per line; the tag is ' ', '-' or '+'."""
-
-    def side(self, tags: str) -> list[str]:
-        return [text for tag, text in self.lines if tag in tags]
-
-    def changed(self, tags: str) -> list[str]:
-        """This side's lines from the first change to the last, context around them left out."""
-        marks = [i for i, (tag, _) in enumerate(self.lines) if tag != " "]
-        return [t for tag, t in self.lines[marks[0] : marks[-1] + 1] if tag in tags]
-
-    @property
-    def first_changed(self) -> int:
-        """Line number in the old file of the first change (for an insertion, the line after)."""
-        lead = next(i for i, (tag, _) in enumerate(self.lines) if tag != " ")
-        return self.old_start + lead
-
-
-def parse_patch(patch: str) -> list[Hunk]:
-    """The hunks of a git-style unified diff, in order. Raises ScriptError for a patch that
-    creates or deletes a file, which edit_file cannot script."""
-    found: list[tuple[str, int, int, list[tuple[str, str]]]] = []
-    path, old_left, new_left = "", 0, 0
-    for line in _split_lines(patch):
-        if line.startswith("\\") and found and found[-1][3]:
-            tag, text = found[-1][3][-1]  # "\ No newline at end of file": the line before
-            found[-1][3][-1] = (tag, text.removesuffix("\n"))
-        elif old_left > 0 or new_left > 0:  # inside a hunk, whose header counts its lines
-            tag, text = (line[0], line[1:]) if line != "\n" else (" ", "\n")
-            found[-1][3].append((tag, text))
-            old_left -= tag in " -"
-            new_left -= tag in " +"
-        elif line.startswith(("--- /dev/null", "+++ /dev/null")):
-            raise ScriptError("the fix creates or deletes a file")
-        elif line.startswith("+++ "):
-            path = line[4:].rstrip("\n").removeprefix("b/")
-        elif header := _HUNK_HEADER.match(line):
-            old_left = int(header[2] or 1)
-            new_left = int(header[4] or 1)
-            found.append((path, int(header[1]), int(header[3]), []))
-    hunks = [Hunk(p, old, new, tuple(lines)) for p, old, new, lines in found]
-    return [h for h in hunks if any(tag != " " for tag, _ in h.lines)]
-
-
-def _split_lines(text: str) -> list[str]:
-    """Lines with their newlines, split at '\n' only: `str.splitlines` also splits at form
-    feeds and other separators that can stand inside a line of code."""
-    pieces = text.split("\n")
-    return [piece + "\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+    try:
+        return instruction_at_tier(task, tier)
+    except HintError as error:
+        raise ScriptError(str(error)) from None
 
 
 class ScriptedSolver:
-    """Plays the policy's part for one task, from its known fix.
+    """Plays the policy's part for one task at one hint tier, in one style.
 
-    The buggy files are read from `repository`, the task's materialized repository. Without
-    one, a bundled etude-mini task's files come from its project (which holds the fixed
-    code) with the gold patch taken back.
+    `repository` is the task's materialized (buggy) repository; without one, a bundled
+    etude-mini task's files come from its project with the gold patch taken back.
+    `instruction` is what the agent sees (default: the task's at `tier`); `shown_chars` the
+    agent loop's cut of each result, so the solver sees what the agent sees.
     """
 
-    def __init__(self, task: Task, repository: Path | None = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        repository: Path | None = None,
+        *,
+        tier: int = 0,
+        variant: int = 0,
+        instruction: str | None = None,
+        shown_chars: int = SHOWN_CHARS,
+    ) -> None:
         if not task.gold_patch.strip():
             raise ScriptError(f"{task.id}: no gold patch")
         hunks = parse_patch(task.gold_patch)
-        if not hunks:
-            raise ScriptError(f"{task.id}: the gold patch changes nothing")
-        if any(not h.side(" -") for h in hunks):  # edit_file needs some old text to replace
-            raise ScriptError(f"{task.id}: the gold patch writes into an empty file")
-        by_path = {h.path: [g for g in hunks if g.path == h.path] for h in hunks}
-        sources = {p: _buggy_lines(task, p, hs, repository) for p, hs in by_path.items()}
-        edits = [e for p, hs in by_path.items() for e in _edits(hs, sources[p])]
-        scope = _scope(hunks[0], sources[hunks[0].path])
-        self._turns = _script(task, scope, edits, sources)
-        self._next = 0
+        self.task = task
+        self.tier = tier
+        self.style: Style = style_for(task.id, tier, variant)
+        self.repository = Repository.for_task(task, hunks, repository)
+        self.edits: list[Edit] = plan_edits(task, self.repository, hunks)
+        self.instruction = instruction if instruction is not None else instruction_at(task, tier)
+        self.sight = Sight(self.instruction)
+        self.shown_chars = shown_chars
+        self._probe = Probe(self.repository)
+        self._texts = {path: "".join(lines) for path, lines in self.repository.files.items()}
+        self._pending: list[ToolCall] = []
+        self._turns = 0
+        self._applied = 0
+        self._checked = False
+        self._submitted = False
+        self._searched: set[str] = set()
+        self._searches = 0
+        self._semantic_tried = False
 
     @property
     def done(self) -> bool:
         """True once the turn that submits has been played."""
-        return self._next == len(self._turns)
+        return self._turns > 0 and any(c.name == "submit" for c in self._pending)
 
     def next_turn(self, results: list[ExecutedCall] | None) -> str:
         """The next assistant turn; `results` are those of the previous turn's calls (None
-        before the first turn). Raises ScriptError when one of them failed."""
-        if (results is None) != (self._next == 0):
+        before the first turn). An empty list for a turn that made calls means the script is
+        played without an environment: the solver then reads the repository itself in their
+        place. Raises ScriptError when a call failed or no honest move is left."""
+        if (results is None) != (self._turns == 0):
             raise ValueError("every turn but the first needs the previous turn's results")
         if self.done:
             raise ScriptError("the script has already submitted")
-        for result in results or ():
-            if result.exit_code != 0:
-                raise ScriptError(f"{result.call_id} {result.name} failed: {result.output[:300]}")
-        prose, calls = self._turns[self._next]
-        self._next += 1
+        if results is not None:
+            self._take(results or [self.simulate(call) for call in self._pending])
+        prose, calls = self._decide()
         numbered = [ToolCall(c.name, c.arguments, f"call_{i}") for i, c in enumerate(calls)]
+        for call in numbered:
+            problem = self.sight.unjustified(call)
+            if problem:
+                raise ScriptError(f"{self.task.id}: no honest move: {problem}")
+        problem = self.sight.unjustified_prose(prose)
+        if problem:
+            raise ScriptError(f"{self.task.id}: no honest prose: {problem}")
+        self._pending = numbered
+        self._turns += 1
         return f"{prose}\n{render_tool_calls(numbered)}"
 
+    # -- results -------------------------------------------------------------------------
 
-def _buggy_lines(task: Task, path: str, hunks: list[Hunk], repository: Path | None) -> list[str]:
-    if repository is not None:
-        lines = _read_lines(repository / path)
-    elif task.repo.startswith(BUNDLED_PREFIX):
-        lines = _read_lines(PROJECTS_DIR / task.repo.removeprefix(BUNDLED_PREFIX) / path)
-        for hunk in reversed(hunks):  # from the end, so earlier line numbers stay valid
-            start, fixed = hunk.new_start - 1, hunk.side(" +")
-            if lines[start : start + len(fixed)] != fixed:
-                raise ScriptError(f"{task.id}: the gold patch does not match the bundled {path}")
-            lines[start : start + len(fixed)] = hunk.side(" -")
-    else:
-        raise ScriptError(f"{task.id}: scripting it needs its repository")
-    for hunk in hunks:
-        buggy = hunk.side(" -")
-        if lines[hunk.old_start - 1 : hunk.old_start - 1 + len(buggy)] != buggy:
-            raise ScriptError(f"{task.id}: the gold patch does not match {path}")
-    return lines
+    def _take(self, results: list[ExecutedCall]) -> None:
+        by_id = {r.call_id: r for r in results}
+        for call in self._pending:
+            result = by_id.get(call.id)
+            if result is None:
+                raise ScriptError(f"no result for {call.id} {call.name}")
+            # A search index that is absent or failed says to use grep: the script does.
+            if result.exit_code != 0 and call.name != "codebase_search":
+                raise ScriptError(f"{call.id} {call.name} failed: {result.output[:300]}")
+            self.sight.see(call, shown(result.output, self.shown_chars), result.exit_code)
+            if call.name == "edit_file":
+                self._applied += 1
+            elif call.name == "run_terminal_command":
+                self._checked = True
 
+    def simulate(self, call: ToolCall) -> ExecutedCall:
+        """What `call` returns, played in process on the repository the solver knows, for
+        playing the script without an environment (edits change only the solver's copy; a
+        command is taken to print what the smoke check prints when it works)."""
+        args, code = call.arguments, 0
+        if call.name == "grep":
+            output = self._probe.grep(args)
+        elif call.name == "read_file":
+            output = self._probe.read(args)
+        elif call.name == "edit_file":
+            output = self._simulated_edit(args["path"], args["old_string"], args["new_string"])
+        elif call.name == "run_terminal_command":
+            output = "ok\n[exit code: 0]"
+        elif call.name == "submit":
+            output = f"Submitted: {args['message'].strip()}"
+        else:  # codebase_search needs the search service
+            output, code = "codebase_search is not available. Use grep or file_search.", 1
+        return ExecutedCall(call.id, call.name, output, code, False, 0, 0.0, None, False)
 
-def _read_lines(file: Path) -> list[str]:
-    if not file.is_file():
-        raise ScriptError(f"{file} is not a file")
-    # Bytes, not text mode: newlines stay as they are, as edit_file will see them.
-    return _split_lines(file.read_bytes().decode("utf-8", "surrogateescape"))
+    def _simulated_edit(self, path: str, old: str, new: str) -> str:
+        text = self._texts[path]
+        at = text.index(old)
+        self._texts[path] = text = text.replace(old, new, 1)
+        first = text.count("\n", 0, at) + 1
+        last = first + new.removesuffix("\n").count("\n")
+        lines = split_lines(text)
+        excerpt = "\n".join(
+            numbered_line(n, line_text(lines[n - 1]))
+            for n in range(max(1, first - 3), min(len(lines), last + 3) + 1)
+        )
+        summary = f"Replaced 1 occurrence in {path}. Lines around the first change now read:"
+        return f"{summary}\n{excerpt}"
 
+    # -- the next move -------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class _Edit:
-    path: str
-    old: str
-    new: str
-    first: int
-    """Line number in the buggy file of the first changed line."""
-    last: int
+    def _decide(self) -> tuple[str, list[ToolCall]]:
+        style = self.style
+        pending = self.edits[self._applied :]
+        if not pending:
+            smoke = self._smoke()
+            if style.smoke and smoke and not self._checked:
+                return ("The tests are not in the repository, so I check that the code "
+                        "still imports.", [smoke])  # fmt: skip
+            return "The fix is in place.", [self._submit()]
+        sources = _READ_SOURCES if style.read_first else None
+        unshown = [e for e in pending if not self.sight.shows(e.path, e.old, sources)]
+        if not unshown:
+            return self._edit_turn(pending)
+        cap = self.shown_chars
+        windows = [best_window(self._probe, self.sight, e, cap) for e in unshown]
+        if windows[0] is not None:
+            ready = [w for w in windows if w is not None]
+            reads = merged(self._probe, ready, self.shown_chars)
+            return self._read_turn(reads[: len(reads) if style.parallel else 1], unshown[0])
+        return self._search_turn(unshown[0])
 
+    def _edit_turn(self, pending: list[Edit]) -> tuple[str, list[ToolCall]]:
+        edits = pending if self.style.parallel else pending[:1]
+        calls = [
+            ToolCall("edit_file", {"path": e.path, "old_string": e.old, "new_string": e.new})
+            for e in edits
+        ]
+        prose = f"{self._where(edits[0])}, {self._diagnosis()}; fixing it"
+        smoke = self._smoke()
+        if self.style.parallel and self.style.smoke and smoke and len(edits) == len(pending):
+            # Commands of a batch run after the edits before them: the check sees the fix.
+            calls.append(smoke)
+            prose += " and checking that the code still imports"
+        return prose + ".", calls
 
-def _edits(hunks: list[Hunk], buggy: list[str]) -> list[_Edit]:
-    """One exact-string edit per hunk, widened line by line around the change until its
-    old_string occurs once in the file as the edits before it leave it."""
-    current, shift, edits = list(buggy), 0, []
-    for hunk in hunks:
-        removed, added = hunk.changed(" -"), hunk.changed(" +")
-        a = hunk.first_changed - 1 + shift
-        b = a + len(removed)
-        text = "".join(current)
-        before = after = 0
-        while True:
-            old = "".join(current[a - before : b + after])
-            new = "".join(current[a - before : a] + added + current[b : b + after])
-            if old.endswith("\n") and new.endswith("\n"):  # quote lines as read_file shows them
-                old, new = old[:-1], new[:-1]
-            if old.strip() and text.count(old) == 1:
-                break
-            can_before, can_after = a - before > 0, b + after < len(current)
-            if not (can_before or can_after):
-                raise ScriptError(f"{hunk.path}: no unique text around line {hunk.first_changed}")
-            # Alternate sides, starting above, as a person quotes the lines around a change.
-            if can_before and (before <= after or not can_after):
-                before += 1
-            else:
-                after += 1
-        first = hunk.first_changed
-        edits.append(_Edit(hunk.path, old, new, first, first + max(len(removed), 1) - 1))
-        current[a:b] = added
-        shift += len(added) - len(removed)
-    return edits
+    def _read_turn(self, reads: list[Window], edit: Edit) -> tuple[str, list[ToolCall]]:
+        calls = [w.call() for w in reads]
+        name = self._scope_name(edit)
+        if self.sight.shows(edit.path, edit.old) and name:  # tier 3: the source was given
+            prose = f"I'll read `{name}` in {edit.path} before changing it."
+            usage = self._usage_search(edit)
+            if self.style.parallel and usage is not None:
+                calls.append(usage.call)
+                prose = f"I'll read `{name}` in {edit.path} and look for where it is used."
+        elif len(calls) > 1:
+            prose = "Those lines look relevant; I'll read the code around them."
+        else:
+            anchor = _anchor(self.sight, reads[0])
+            prose = f"{edit.path} line {anchor} looks relevant; I'll read the code around it."
+        return prose, calls
 
+    def _search_turn(self, edit: Edit) -> tuple[str, list[ToolCall]]:
+        self._searches += 1
+        if self._searches > MAX_SEARCHES:
+            raise ScriptError(f"{self.task.id}: not found in {MAX_SEARCHES} searches")
+        style, calls, prose = self.style, [], []
+        if style.first_search == "codebase_search" and not self._semantic_tried:
+            self._semantic_tried = True
+            query = semantic_query(self.sight)
+            if query is not None:
+                calls.append(ToolCall("codebase_search", {"query": query, "k": str(SEARCH_K)}))
+                prose.append(f'I\'ll search the code by meaning for "{query}"')
+                if not style.parallel:
+                    return prose[0] + ".", calls
+        plan, useful = plan_search(
+            self._probe, self.sight, edit, self._folder(edit), self.shown_chars, self._searched
+        )
+        if plan is None:
+            raise ScriptError(f"{self.task.id}: no search shown so far leads to {edit.path}")
+        searches = [plan.first]
+        if style.parallel and not calls:
+            companion = _companion(useful, plan.first, edit.path)
+            if companion is not None:
+                searches.append(companion)
+        for search in searches:
+            calls.append(search.call)
+            self._searched.add(search.call.arguments["pattern"])
+        prose.append(self._search_prose(searches))
+        return "; ".join(prose) + ".", calls
 
-def _scope(hunk: Hunk, lines: list[str]) -> str:
-    """The function around the hunk's first change (a dunder method's class instead:
-    `__init__` says little), else the first name on the changed line, else the module."""
-    removed = hunk.changed("-")
-    focus = (removed or hunk.changed("+"))[0]
-    indent = len(focus) - len(focus.lstrip())
-    own = _SCOPE.match(focus) if removed else None  # a changed `def` line is its own scope
-    for found in [own, *map(_SCOPE.match, reversed(lines[: hunk.first_changed - 1]))]:
-        if found and (found is own or len(found[1]) < indent):
-            if not (found[2].startswith("__") and found[2].endswith("__")):
-                return found[2]
-            indent = len(found[1])
-    names = [n for n in _IDENTIFIER.findall(focus) if not keyword.iskeyword(n)]
-    return names[0] if names else Path(hunk.path).stem
+    # -- pieces --------------------------------------------------------------------------
+
+    def _folder(self, edit: Edit) -> str:
+        """Where to search: the package folder of the fix, once it has been shown."""
+        top = edit.path.split("/")[0] if "/" in edit.path else "."
+        return top if top != "." and self.sight.has_directory(top) else "."
+
+    def _search_prose(self, searches: list[Search]) -> str:
+        told = words_of(self.instruction)
+        parts = []
+        for search in searches:
+            pattern = search.call.arguments["pattern"]
+            if pattern == "(def|class) ":
+                parts.append(f"list what {search.call.arguments['path']} defines")
+                continue
+            word = pattern.removeprefix("def ").removeprefix("class ")
+            source = "the task mentions" if words_of(word) <= told else "came up in the results"
+            kind = "a definition of " if pattern != word else ""
+            parts.append(f"look for {kind}`{word}`, which {source}")
+        return "I'll " + " and ".join(parts)
+
+    def _scope_name(self, edit: Edit) -> str | None:
+        """The function's name as far as the agent has seen it (`Class.method`, else
+        `method`)."""
+        name = edit.scope.name
+        if all(self.sight.has_word(part) for part in name.split(".")):
+            return name
+        short = name.split(".")[-1]
+        return short if self.sight.has_word(short) else None
+
+    def _where(self, edit: Edit) -> str:
+        name = self._scope_name(edit)
+        return f"In `{name}`" if name else f"On line {edit.changed} of {edit.path}"
+
+    def _diagnosis(self) -> str:
+        return _DIAGNOSES.get(str(self.task.metadata.get("mutation", "")), "this is the bug")
+
+    def _usage_search(self, edit: Edit) -> Search | None:
+        short = edit.scope.name.split(".")[-1]
+        call = ToolCall(
+            "grep",
+            {"pattern": rf"\b{short}\(", "path": self._folder(edit), "glob": "*.py",
+             "max_results": "10"},
+        )  # fmt: skip
+        if self.sight.unjustified(call):
+            return None
+        output = shown(self._probe.grep(call.arguments), self.shown_chars)
+        return Search(call, output, None, False, len(output))
+
+    def _smoke(self) -> ToolCall | None:
+        """Import the changed modules, byte-compile other changed Python; None if none."""
+        paths = list(dict.fromkeys(e.path for e in self.edits))
+        modules = [m for m in map(_module, paths) if m]
+        scripts = [p for p in paths if p.endswith(".py") and not _module(p)]
+        commands = [f"python -c \"import {', '.join(modules)}; print('ok')\""] if modules else []
+        commands += [f"python -m py_compile {' '.join(scripts)}"] if scripts else []
+        if not commands:
+            return None
+        return ToolCall("run_terminal_command", {"command": " && ".join(commands)})
+
+    def _submit(self) -> ToolCall:
+        edit = self.edits[0]
+        name = self._scope_name(edit)
+        where = f"`{name}` in {edit.path}" if name else f"line {edit.changed} of {edit.path}"
+        return ToolCall("submit", {"message": f"Fixed {where}: {self._diagnosis()}."})
 
 
 def _module(path: str) -> str | None:
@@ -243,57 +363,20 @@ def _module(path: str) -> str | None:
     return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
-def _smoke_command(paths: list[str]) -> str | None:
-    """Import the changed modules, byte-compile other changed Python; None if there is none."""
-    modules = [m for m in map(_module, paths) if m]
-    scripts = [p for p in paths if p.endswith(".py") and not _module(p)]
-    commands = [f"python -c \"import {', '.join(modules)}; print('ok')\""] if modules else []
-    commands += [f"python -m py_compile {' '.join(scripts)}"] if scripts else []
-    return " && ".join(commands) or None
+def _anchor(sight: Sight, window: Window) -> int:
+    """The shown line a read is justified by (the first one inside it)."""
+    seen = sorted(n for n in sight.lines_of(window.path) if window.start - 1 <= n <= window.end)
+    return seen[0]
 
 
-def _reads(edits: list[_Edit], sources: dict[str, list[str]]) -> list[ToolCall]:
-    """A window around each changed span; windows that touch are read as one."""
-    windows: list[tuple[str, int, int]] = []
-    for edit in edits:
-        low = max(1, edit.first - READ_MARGIN)
-        high = min(len(sources[edit.path]), edit.last + READ_MARGIN)
-        if windows and windows[-1][0] == edit.path and low <= windows[-1][2] + 1:
-            low = windows.pop()[1]
-        windows.append((edit.path, low, high))
-    return [
-        ToolCall("read_file", {"path": path, "start_line": str(low), "end_line": str(high)})
-        for path, low, high in windows
-    ]
-
-
-def _script(
-    task: Task, scope: str, edits: list[_Edit], sources: dict[str, list[str]]
-) -> list[tuple[str, list[ToolCall]]]:
-    first = edits[0]
-    # The package folder keeps the search off docs and configuration.
-    folder = first.path.split("/")[0] if "/" in first.path else "."
-    grep = ToolCall(
-        "grep",
-        {"pattern": rf"\b{scope}\b", "path": folder, "glob": "*.py",
-         "max_results": str(GREP_MAX_RESULTS)},
-    )  # fmt: skip
-    fixes = [
-        ToolCall("edit_file", {"path": e.path, "old_string": e.old, "new_string": e.new})
-        for e in edits
-    ]
-    smoke = _smoke_command(list(sources))
-    diagnosis = _DIAGNOSES.get(str(task.metadata.get("mutation", "")))
-    found = f"In `{scope}`, {diagnosis}" if diagnosis else f"The bug is in `{scope}`"
-    message = f"Fixed `{scope}` in {first.path}" + (f": {diagnosis}." if diagnosis else ".")
-    look = (
-        f"The failing tests point at `{scope}`; I'll search for it and read "
-        f"{first.path} around line {first.first}.",
-        [grep, *_reads(edits, sources)],
-    )
-    check = (
-        "The tests are not in the repository, so I check that the code still imports.",
-        [ToolCall("run_terminal_command", {"command": smoke})] if smoke else [],
-    )
-    done = ("The fix is in place.", [ToolCall("submit", {"message": message})])
-    return [turn for turn in (look, (f"{found}; fixing it.", fixes), check, done) if turn[1]]
+def _companion(useful: list[Search], first: Search, path: str) -> Search | None:
+    """A second, cheap search for the same parallel turn: another clue, preferably one that
+    also shows the file."""
+    others = [
+        s for s in useful
+        if s.call.arguments["pattern"] != first.call.arguments["pattern"]
+        and len(s.output) <= COMPANION_CHARS
+    ]  # fmt: skip
+    if not others:
+        return None
+    return min(others, key=lambda s: (f"{path}:" not in s.output, len(s.output)))

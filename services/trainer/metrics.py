@@ -30,7 +30,9 @@ POLICY_VERSION = Gauge("etude_trainer_policy_version", "The newest published pol
 STEP = Gauge("etude_trainer_step", "RL steps done.")
 LOSS = Gauge("etude_trainer_loss", "Loss of the last step.")
 REWARD_MEAN = Gauge("etude_trainer_reward_mean", "Mean reward of the last step's batch.")
-PASS_RATE = Gauge("etude_trainer_pass_rate", "Share of the last step's rollouts with reward 1.")
+PASS_RATE = Gauge(
+    "etude_trainer_pass_rate", "Share of the last step's rollouts whose correctness is 1."
+)
 MISMATCH_KL = Gauge(
     "etude_trainer_mismatch_kl",
     "k3 estimate of KL(behaviour ‖ trainer) over the last step's sampled tokens.",
@@ -38,4 +40,41 @@ MISMATCH_KL = Gauge(
 GRAD_NORM = Gauge("etude_trainer_grad_norm", "Gradient norm of the last step, before clipping.")
 TOKENS_PER_SECOND = Gauge(
     "etude_trainer_tokens_per_second", "Trained-on tokens per second of the last step."
+)
+
+# How the policy works, per step (etude.rollout.behaviour.behaviour_summary); NaN when the
+# step's batch had none to measure (no edit, no call).
+BEHAVIOUR = {
+    "tool_calls_per_turn": Gauge(
+        "etude_trainer_tool_calls_per_turn", "Tool calls per turn in the last step's batch."
+    ),
+    "parallel_share": Gauge(
+        "etude_trainer_parallel_share",
+        "Share of the last step's turns that issued a parallel batch (2 or more calls).",
+    ),
+    "reads_before_first_edit": Gauge(
+        "etude_trainer_reads_before_first_edit",
+        "Read/search calls before the first edit_file, mean over the last step's episodes "
+        "that edited.",
+    ),
+    "blind_edit_rate": Gauge(
+        "etude_trainer_blind_edit_rate",
+        "Share of the last step's edits to a file not read with read_file in an earlier turn.",
+    ),
+    "turns_per_episode": Gauge(
+        "etude_trainer_turns_per_episode", "Assistant turns per episode in the last step."
+    ),
+    "generated_tokens_per_episode": Gauge(
+        "etude_trainer_generated_tokens_per_episode",
+        "Tokens the policy sampled per episode in the last step.",
+    ),
+    "malformed_rate": Gauge(
+        "etude_trainer_malformed_rate",
+        "Share of the last step's tool calls that were malformed (parser or bad arguments).",
+    ),
+}
+FINISH_SHARE = Gauge(
+    "etude_trainer_finish_share",
+    "Share of the last step's episodes by finish reason.",
+    ["reason"],
 )

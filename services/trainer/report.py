@@ -5,10 +5,12 @@ the end a summary (summary.json) and the reward curve (reward_curve.png)."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
 
+from etude.rollout.behaviour import FINISH_PREFIX
 from etude.trainer import metrics
 
 
@@ -64,6 +66,20 @@ def _export(values: dict[str, float]) -> None:
     for key, histogram in histograms.items():
         if key in values:
             histogram.observe(values[key])
+    _export_behaviour(values)
+
+
+def _export_behaviour(values: dict[str, float]) -> None:
+    """The behaviour summary's gauges. A step that reports behaviour (every summary of a
+    non-empty batch has `turns_per_episode`) sets all of them: a ratio it left out for want
+    of a denominator reads NaN, a gap on the dashboard rather than the last step's value."""
+    if "turns_per_episode" not in values:
+        return
+    for key, gauge in metrics.BEHAVIOUR.items():
+        gauge.set(values.get(key, math.nan))
+    for key, value in values.items():
+        if key.startswith(FINISH_PREFIX):
+            metrics.FINISH_SHARE.labels(key.removeprefix(FINISH_PREFIX)).set(value)
 
 
 def plot_reward_curve(history: list[dict[str, Any]], path: Path) -> Path:

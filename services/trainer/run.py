@@ -33,6 +33,7 @@ from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained
 from etude.reward.client import GrpcReward
 from etude.rollout.agent import EpisodeLimits, EpisodeRunner
+from etude.rollout.behaviour import behaviour_summary
 from etude.rollout.evaluation import Evaluation, pass_at_1
 from etude.rollout.orchestrator import Orchestrator, TaskCycle, WaitedBatch
 from etude.rollout.repositories import RepositoryCache
@@ -71,6 +72,7 @@ class TrainingRun:
         self.checkpoint_dir = self.output_dir / "checkpoints"
         self.resources = contextlib.AsyncExitStack()
         self.resumed = False
+        self.published_in_full = False
         self.pending_acks: list[WaitedBatch] = []
         self.totals = {"rollouts": 0, "late": 0, "wait_seconds": 0.0, "rl_seconds": 0.0}
 
@@ -138,9 +140,13 @@ class TrainingRun:
     # -- phases --------------------------------------------------------------------------
 
     async def publish(self) -> float:
-        """Send the trainer's weights as a version newer than any endpoint serves."""
+        """Send the trainer's weights as a version newer than any endpoint serves: all of them
+        the first time, then (with `trainer.sync: changed`) only the tensors RL trains."""
         version = max(self.state.policy_version, await self.publisher.current_version()) + 1
-        seconds = await self.publisher.publish(version, self.model)
+        partial = self.config.trainer.sync == "changed" and self.published_in_full
+        only = set(self.trainer.trainable) if partial else None
+        seconds = await self.publisher.publish(version, self.model, only)
+        self.published_in_full = True
         self.state.policy_version = version
         return seconds
 
@@ -173,8 +179,8 @@ class TrainingRun:
             self.eval_tasks, self.runner, self.inference[0], self.tokenizer,
             label=f"{self.run_id}-{label}",
         )  # fmt: skip
-        self.reporter.log(0, {"pass_at_1": result.pass_at_1, "mean_reward": result.mean_reward},
-                          f"eval_{label}")  # fmt: skip
+        self.reporter.log(0, {"pass_at_1": result.pass_at_1, "mean_reward": result.mean_reward,
+                              **result.behaviour}, f"eval_{label}")  # fmt: skip
         return result
 
     async def rl(
@@ -230,8 +236,10 @@ class TrainingRun:
         staleness = waited.batch.staleness
         for versions_behind in staleness:
             metrics.STALENESS.observe(versions_behind)
+        trajectories = [t for g in waited.batch.groups for t in g.trajectories]
         return {
             **stats.as_dict(),
+            **behaviour_summary(trajectories),
             "step": self.state.step,
             "policy_version": self.state.policy_version,
             "tokens_per_second": stats.tokens / max(stats.seconds, 1e-9),

@@ -1,12 +1,25 @@
-"""A run's tasks: the training tasks and the held-out ones evaluated for pass@1."""
+"""A run's tasks: the training tasks and the held-out ones evaluated for pass@1.
+
+Both are drawn across their projects in turn (etude.tasks.draw), in an order fixed by
+`tasks.seed`, then cut to `train_limit` / `eval_limit`: a run on 20 tasks trains on every
+training project, not on the first one's bugs. A task whose hints cannot show it at the
+highest tier the run uses (the start tier, the evaluation tiers) is skipped, and the
+skip is logged with its reason; held-out projects stay held out at every tier, since the
+split comes from the task's metadata alone.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from etude.common.run_config import TasksConfig
+from etude.tasks.draw import round_robin
+from etude.tasks.hints import hint_problem
 from etude.tasks.materialize import TASKS_FILE
 from etude.tasks.task import Task, read_jsonl
+
+log = logging.getLogger(__name__)
 
 BUNDLED_TASKSETS = {"etude-mini": TASKS_FILE}
 
@@ -19,12 +32,27 @@ def taskset_path(name: str) -> Path:
     return path
 
 
+def highest_tier(config: TasksConfig) -> int:
+    """The most hints any episode of the run is shown: the curriculum only takes hints away."""
+    return max(config.hint_tier, *(config.eval_tiers or ()))
+
+
 def load_taskset(config: TasksConfig) -> tuple[list[Task], list[Task]]:
-    """(train, held-out), in file order; a task's split comes from its metadata (tasks
-    without one train)."""
+    """(train, held-out): a task's split comes from its metadata (tasks without one train)."""
     tasks = list(read_jsonl(taskset_path(config.taskset)))
-    train = [t for t in tasks if t.split == "train"]
-    held_out = [t for t in tasks if t.split != "train"]
+    tier = highest_tier(config)
+    problems = {t.id: p for t in tasks if (p := hint_problem(t, tier))}
+    if problems:
+        shown = "; ".join(list(problems.values())[:5])
+        log.warning("skipping %d of %d tasks, not usable at hint tier %d: %s%s", len(problems),
+                    len(tasks), tier, shown, " …" if len(problems) > 5 else "")  # fmt: skip
+    usable = [t for t in tasks if t.id not in problems]
+    train = [t for t in usable if t.split == "train"]
+    held_out = [t for t in usable if t.split != "train"]
     if not train:
-        raise ValueError(f"task set {config.taskset!r} has no training tasks")
-    return train[: config.train_limit], held_out[: config.eval_limit]
+        why = f" usable at hint tier {tier} (run `etude tasks hints`)" if tier else ""
+        raise ValueError(f"task set {config.taskset!r} has no training tasks{why}")
+    return (
+        round_robin(train, config.seed)[: config.train_limit],
+        round_robin(held_out, config.seed)[: config.eval_limit],
+    )

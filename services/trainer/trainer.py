@@ -139,8 +139,9 @@ class PolicyTrainer:
             entropy=sums["entropy"], grad_norm=float(grad_norm), clip_fraction=sums["clip"],
             tis_truncated_fraction=sums["tis"], mismatch_kl=sums["mm"], kl=sums["kl"],
             reward_mean=float(rewards.mean()), reward_std=float(rewards.std(unbiased=False)),
-            pass_rate=float((rewards >= 1.0).float().mean()), tokens=int(batch.mask_BT.sum()),
-            sequences=B, seconds=time.perf_counter() - started,
+            # Correctness, not reward ≥ 1: a turn cost takes a solved episode's reward below 1.
+            pass_rate=sum(t.correctness >= 1.0 for t in trajectories) / B,
+            tokens=int(batch.mask_BT.sum()), sequences=B, seconds=time.perf_counter() - started,
         )  # fmt: skip
 
     @torch.no_grad()

@@ -189,7 +189,7 @@ def _queries(objects):
             for text in config_map["data"].values():
                 dashboard = json.loads(text)
                 for panel in dashboard["panels"]:
-                    for target in panel["targets"]:
+                    for target in panel.get("targets", []):  # a row has none
                         yield f"{dashboard['uid']}/{panel['title']}", target["expr"]
                 for variable in dashboard["templating"]["list"]:
                     if variable["type"] == "query":

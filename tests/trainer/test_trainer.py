@@ -113,3 +113,22 @@ def test_trainable_layers_move_only_the_last_layers_and_the_final_norm():
     assert moved == set(trainer.trainable)
     # The optimizer holds state only for what trains.
     assert len(trainer.optimizer.state) == len(trainer.trainable)
+
+
+def test_pass_rate_counts_correctness_not_rewards_a_turn_cost_took_below_one():
+    import msgspec
+
+    from etude.rollout.trajectory import efficiency_reward
+
+    def costed(group: str, index: int, correctness: float, turns: int) -> Trajectory:
+        reward, deduction = efficiency_reward(correctness, turns, turn_cost=0.1)
+        components = {"correctness": correctness, "turn_cost": deduction}
+        return msgspec.structs.replace(
+            _trajectory(group, index, reward), reward_components=components
+        )
+
+    groups = [[costed("a", 0, 1.0, 2), costed("a", 1, 0.0, 1)],
+              [costed("b", 0, 1.0, 4), costed("b", 1, 0.0, 3)]]  # fmt: skip
+    stats = PolicyTrainer(_model(), TrainerConfig(lr=1e-3)).step(groups)
+    assert stats.pass_rate == 0.5  # no reward reaches 1, yet two episodes solved their task
+    assert stats.reward_mean == pytest.approx((0.8 - 0.1 + 0.6 - 0.3) / 4)
