@@ -66,7 +66,7 @@ async def one_run(
         save_checkpoint(run.model, save_policy, run.tokenizer)
     result["initial_sync_s"] = await run.publish()
     if warm:
-        result["before"] = (await run.evaluate("before")).pass_at_1
+        result["before"] = (await run.evaluate("before"))[0].pass_at_1
     worker = ServiceSpec(
         f"rollout-{run_id}",
         (sys.executable, "-m", "etude.rollout"),
@@ -84,7 +84,7 @@ async def one_run(
     result["idle"] = history[-1]["trainer_idle_fraction"]
     result["sync_s"] = sorted(r["weight_sync_seconds"] for r in history)[len(history) // 2]
     if warm:
-        result["after"] = (await run.evaluate("after")).pass_at_1
+        result["after"] = (await run.evaluate("after"))[0].pass_at_1
     await run.close()
     return result
 

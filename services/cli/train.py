@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -115,6 +116,7 @@ def _run_with_stack(
     sft_only: bool, out: Path | None = None,
 ) -> None:  # fmt: skip
     configure_logging(settings.log)
+    _serve_the_policy(run, settings)
     existing = read_status(settings.stack.run_dir.resolve())
     stack = LocalStack(settings, tuple(ServiceSpec.module(n) for n in LOCAL_SERVICES))
     code = 0
@@ -133,6 +135,25 @@ def _run_with_stack(
     finally:
         stack.stop()
     raise typer.Exit(code)
+
+
+def _serve_the_policy(run: RunConfig, settings: EtudeSettings) -> None:
+    """The local inference service starts on the run's policy architecture (a pretrained
+    model imported first if need be) and backend, so the trainer's weights fit it. Exported:
+    the stack's processes inherit this process's environment."""
+    from etude.model.pretrained import resolve_init
+
+    try:
+        source = resolve_init(run.policy.init, settings.stack.models_dir)
+    except (ValueError, FileNotFoundError) as error:
+        console.print(f"[red]policy.init: {error}[/]")
+        raise typer.Exit(2) from None
+    model = str(Path(source).resolve()) if Path(source).is_dir() else source
+    os.environ.update(
+        ETUDE_INFERENCE__MODEL=model,
+        ETUDE_INFERENCE__BACKEND=run.policy.serve_with,
+        ETUDE_INFERENCE__SEED=str(run.policy.seed),
+    )
 
 
 def _recorded_config(run_id: str, settings: EtudeSettings) -> RunConfig | None:
@@ -250,7 +271,7 @@ class _Driver:
             if sft_only:
                 path = await call("save_policy", str(out or output_dir / "sft-policy"))
                 console.print(f"SFT policy saved to [bold]{path}[/]")
-                await call("finish", summary)
+                summary.update(await call("finish", summary))
                 await registry.update(self.run_id, status="finished")
                 return 0
             if not resumed:
@@ -263,7 +284,7 @@ class _Driver:
                 summary["eval_after"] = await call("evaluate", "after")
             summary["steps"] = steps
             stopped = (await registry.get(self.run_id)).stop_requested
-            summary["curve"] = await call("finish", summary)
+            summary.update(await call("finish", summary))
             await registry.update(self.run_id, status="stopped" if stopped else "finished")
             self._print_summary(summary, output_dir)
             return 0
@@ -406,15 +427,38 @@ class _Driver:
             ("RL steps", summary.get("steps")),
             ("demonstrations (SFT)", summary.get("demonstrations")),
             ("SFT loss first → last", sft_loss),
-            (
-                "held-out pass@1 before → after",
-                _pair(before.get("pass_at_1"), after.get("pass_at_1")),
-            ),
-            ("output", str(output_dir)),
-        ]
+            ("SFT held-out loss first → last",
+             _pair(summary.get("sft_held_out_first_loss"), summary.get("sft_held_out_loss"))),
+            ("training reward first → last step",
+             _pair(summary.get("train_reward_first"), summary.get("train_reward_last"))),
+        ]  # fmt: skip
+        for tier, first in (before.get("by_tier") or {}).items():
+            last = (after.get("by_tier") or {}).get(tier, {})
+            rows.append((f"held-out pass@1, tier {tier}, before → after", _counts(first, last)))
+        for key in BEHAVIOUR_SHOWN:
+            first, last = before.get("behaviour", {}), after.get("behaviour", {})
+            rows.append((f"held-out {key.replace('_', ' ')}", _pair(first.get(key), last.get(key))))
+        rows.append(("output", str(output_dir)))
         for name, value in rows:
             table.add_row(name, "—" if value is None else str(value))
         Console().print(table)
+
+
+# Eval behaviour the summary shows before → after (all of it is in metrics.jsonl).
+BEHAVIOUR_SHOWN = (
+    "turns_per_episode", "tool_calls_per_turn", "parallel_share", "blind_edit_rate",
+    "malformed_rate", "finish_submitted",
+)  # fmt: skip
+
+
+def _counts(first: dict, last: dict) -> str | None:
+    """`3/40 (0.03–0.20) → 9/40 (0.12–0.38)`: passes / episodes with the 95% interval."""
+    if not first or not last:
+        return None
+    return " → ".join(
+        f"{e['passed']}/{e['episodes']} ({e['ci_low']:.2f}–{e['ci_high']:.2f})"
+        for e in (first, last)
+    )
 
 
 def _pair(first: float | None, last: float | None) -> str | None:

@@ -77,6 +77,8 @@ class LogSettings(Section):
 class StackSettings(Section):
     run_dir: Path = Path(".etude")
     """Where `etude up` keeps Redis data, logs and the stack's state file."""
+    models_dir: Path = Path(".etude/models")
+    """Where pretrained policies are imported to (once) and cached warm starts are kept."""
     host: str = "127.0.0.1"
     """Loopback address every local component binds to."""
     redis_server: str | None = None

@@ -203,7 +203,7 @@ def _checkpoint_names(checkpoint_dir: Path) -> CheckpointNames:
     for an MoE with Llama attention (an upcycled Llama)."""
     try:
         config = ModelConfig.load(checkpoint_dir)
-    except ValueError:  # a layout etude.model does not build: its names are used as they are
+    except (ValueError, KeyError):  # a layout etude.model does not build: names as they are
         return split_stacked_experts
     return StateDictAdapter(config).iter_to_hf
 

@@ -40,6 +40,7 @@ from etude.rollout.scripted_patch import (
 )
 from etude.rollout.scripted_search import (
     COMPANION_CHARS,
+    OUTLINE_PATTERN,
     SEARCH_K,
     Probe,
     Search,
@@ -254,6 +255,8 @@ class ScriptedSolver:
                 prose = f"I'll read `{name}` in {edit.path} and look for where it is used."
         elif len(calls) > 1:
             prose = "Those lines look relevant; I'll read the code around them."
+        elif name and reads[0].start <= edit.scope.first:
+            prose = f"`{name}` in {edit.path} looks relevant; I'll read it."
         else:
             anchor = _anchor(self.sight, reads[0])
             prose = f"{edit.path} line {anchor} looks relevant; I'll read the code around it."
@@ -297,17 +300,17 @@ class ScriptedSolver:
 
     def _search_prose(self, searches: list[Search]) -> str:
         told = words_of(self.instruction)
-        parts = []
+        things, sources = [], set()
         for search in searches:
             pattern = search.call.arguments["pattern"]
-            if pattern == "(def|class) ":
-                parts.append(f"list what {search.call.arguments['path']} defines")
+            if pattern == OUTLINE_PATTERN:
+                things.append(f"what {search.call.arguments['path']} defines")
                 continue
             word = pattern.removeprefix("def ").removeprefix("class ")
-            source = "the task mentions" if words_of(word) <= told else "came up in the results"
-            kind = "a definition of " if pattern != word else ""
-            parts.append(f"look for {kind}`{word}`, which {source}")
-        return "I'll " + " and ".join(parts)
+            things.append(f"a definition of `{word}`" if word != pattern else f"`{word}`")
+            sources.add("the task mentions" if words_of(word) <= told else "came up so far")
+        named = ", which " + " or ".join(sorted(sources)) if sources else ""
+        return f"I'll search for {' and for '.join(things)}{named}"
 
     def _scope_name(self, edit: Edit) -> str | None:
         """The function's name as far as the agent has seen it (`Class.method`, else

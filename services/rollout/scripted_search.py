@@ -33,6 +33,8 @@ WHOLE_FUNCTION_LINES = 30
 COMPANION_CHARS = 700
 """The most a second, parallel search may add to a turn."""
 MAX_FIRST_HOPS = 12
+OUTLINE_PATTERN = "(def|class) "
+"""A grep that lists what a file defines."""
 
 _GREP_HIT = re.compile(r"^([^\s:][^:\n]*):([0-9]+):", re.M)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -136,21 +138,19 @@ class Window:
 
 
 def window(probe: Probe, edit: Edit, anchor: int, cap: int) -> Window | None:
-    """The read that shows `edit`'s quoted lines and the shown line `anchor`, with a little
-    context (from the `def` when it is near, the whole function when it is short); None
-    when that does not fit in one shown result."""
+    """The read that shows `edit`'s quoted lines and the shown line `anchor`: the whole
+    function when it is short, else from its `def` when that is near, else the lines needed
+    with a little context; None when it does not fit in one shown result."""
     size = len(probe.repository.files[edit.path])
-    low = max(1, min(anchor, edit.first) - CONTEXT)
-    high = min(size, max(anchor, edit.last) + CONTEXT)
+    low, high = min(anchor, edit.first), max(anchor, edit.last)
     scope = edit.scope
     choices = []
-    if scope.first <= low and high <= scope.last + CONTEXT:
-        whole = (scope.first, min(size, scope.last))
-        if whole[1] - whole[0] < WHOLE_FUNCTION_LINES:
-            choices.append((whole[0], max(whole[1], high)))
+    if scope.first <= low and high <= scope.last:
+        if scope.last - scope.first < WHOLE_FUNCTION_LINES:
+            choices.append((scope.first, scope.last))
         if low - scope.first <= SIGNATURE_REACH:
-            choices.append((scope.first, high))
-    choices.append((low, high))
+            choices.append((scope.first, min(size, high + CONTEXT)))
+    choices.append((max(1, low - CONTEXT), min(size, high + CONTEXT)))
     for start, end in choices:
         chars = probe.window_chars(edit.path, start, end)
         if chars <= cap:
@@ -159,10 +159,15 @@ def window(probe: Probe, edit: Edit, anchor: int, cap: int) -> Window | None:
 
 
 def best_window(probe: Probe, sight: Sight, edit: Edit, cap: int) -> Window | None:
-    """The cheapest honest read of `edit`'s lines: around a line of its file already shown."""
-    found = [window(probe, edit, n, cap) for n in sorted(sight.lines_of(edit.path))]
-    fitting = [w for w in found if w is not None]
-    return min(fitting, key=lambda w: (w.chars, w.start)) if fitting else None
+    """The cheapest honest read of `edit`'s lines: around a line of its file already shown,
+    preferably one inside the function the fix changes."""
+    scope = edit.scope
+    found = [
+        (not scope.first <= n <= scope.last, w.chars, w.start, w)
+        for n in sorted(sight.lines_of(edit.path))
+        if (w := window(probe, edit, n, cap)) is not None
+    ]  # a line inside the function the fix changes first: it is what points there
+    return min(found, key=lambda item: item[:3])[3] if found else None
 
 
 def merged(probe: Probe, windows: list[Window], cap: int) -> list[Window]:
@@ -255,7 +260,7 @@ def grep_calls(text: str, wording: str, folder: str, files: list[str]) -> list[T
     for phrase in phrases(wording):
         add(phrase, folder)
     for path in files:
-        add("(def|class) ", path)
+        add(OUTLINE_PATTERN, path)
     return calls
 
 

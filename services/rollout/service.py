@@ -17,6 +17,7 @@ from etude.common.run_config import RunConfig, parse_run_config
 from etude.common.runs import RunRegistry
 from etude.environment.client import GrpcEnvironment
 from etude.inference.client import GrpcInference
+from etude.model.pretrained import resolve_init
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.client import GrpcReward
 from etude.reward.store import TaskStore
@@ -32,9 +33,10 @@ class WorkerSetupError(RuntimeError):
     pass
 
 
-def policy_tokenizer(run: RunConfig):
-    """The policy's tokenizer: a checkpoint's own, else the bundled one (presets)."""
-    init = Path(run.policy.init)
+def policy_tokenizer(run: RunConfig, models_dir: Path):
+    """The policy's tokenizer: a checkpoint's own (a pretrained model's once imported into
+    `models_dir`), else the bundled one (presets)."""
+    init = Path(resolve_init(run.policy.init, models_dir))
     return load_tokenizer(init if init.is_dir() else None)
 
 
@@ -65,7 +67,7 @@ async def build_worker(
     reward = GrpcReward(_address(services.reward, "reward"), settings.client)
     for client_ in (inference, environment, reward):
         resources.push_async_callback(client_.close)
-    tokenizer = policy_tokenizer(run)
+    tokenizer = policy_tokenizer(run, settings.stack.models_dir)
     cache = RepositoryCache(
         config.cache_dir or settings.stack.run_dir / "tasks", config.projects_dir
     )

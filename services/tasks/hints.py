@@ -147,14 +147,19 @@ def locate(task: Task, repository: Path, traceback: str) -> Hints:
     except (SyntaxError, ValueError) as error:
         raise HintError(f"task {task.id}: {path} does not parse: {error}") from None
     lines = _file_lines(data)
+    if line > len(lines):
+        raise HintError(f"task {task.id}: the patch changes {path}:{line}, past its end")
     # A line inserted after a trailing comment follows a line no function's span holds:
-    # the code before the comment says where it belongs.
-    while line > 1 and (not lines[line - 1].strip() or lines[line - 1].lstrip().startswith("#")):
-        line -= 1
-    scope = innermost_function(tree, line) or named_assignment(tree, line)
+    # the code before the comment says where it belongs, and the source shown runs on to
+    # the comment, so the place of the insertion is in it.
+    code = line
+    while code > 1 and (not lines[code - 1].strip() or lines[code - 1].lstrip().startswith("#")):
+        code -= 1
+    scope = innermost_function(tree, code) or named_assignment(tree, code)
     if scope is None:
-        raise HintError(f"task {task.id}: {path}:{line} is in no function or named assignment")
+        raise HintError(f"task {task.id}: {path}:{code} is in no function or named assignment")
     name, start, end = scope
+    end = max(end, line)
     source = "\n".join(numbered_line(n, lines[n - 1]) for n in range(start, end + 1))
     return Hints(traceback, path, name, source, start, end)
 

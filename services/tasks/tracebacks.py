@@ -22,9 +22,10 @@ from etude.tasks.testrun import run_pytest
 MAX_FRAMES = 3
 MAX_ERROR_LINES = 6
 MAX_LINE_CHARS = 160
-# Object addresses in reprs (`<Limiter object at 0x7f95…>`) differ on every run; masked,
-# the same task always gets the same excerpt.
-_ADDRESS = re.compile(r"\b0x[0-9a-f]{6,}\b")
+# Object addresses in reprs (`<Limiter object at 0x7f95…>`, or only their last digits where
+# pytest shortened a repr to `head...d5c0>`) differ on every run; masked, the same task
+# always gets the same excerpt.
+_ADDRESS = re.compile(r"\b0x[0-9a-f]{6,}\b|(?<=\.\.\.)[0-9a-f]{1,12}(?=>|&gt;)")
 
 _FRAME = re.compile(r"^(\S[^:]*):(\d+): in \S+")
 # pytest's reports of failed tests: a section, then per test a heading (`____ test_x[a] ____`,
@@ -115,5 +116,5 @@ def _in_repository(path: str) -> bool:
 
 
 def _cut(line: str) -> str:
-    line = _ADDRESS.sub("0x…", line.rstrip())
+    line = _ADDRESS.sub(lambda m: "0x…" if m[0].startswith("0x") else "…", line.rstrip())
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"

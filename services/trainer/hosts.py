@@ -35,11 +35,21 @@ class TrainerHost:
         return summary
 
     async def evaluate(self, label: str) -> dict | None:
-        result = await self.run.evaluate(label)
-        if result is None:
+        """Per tier: pass@1 with its counts and 95% interval, finish reasons, behaviour; the
+        first tier's figures also at the top level (the run's own tier)."""
+        results = await self.run.evaluate(label)
+        if not results:
             return None
-        return {"pass_at_1": result.pass_at_1, "mean_reward": result.mean_reward,
-                "finish_reasons": result.finish_reasons, "seconds": result.seconds}  # fmt: skip
+        by_tier = {
+            str(r.tier): {
+                "pass_at_1": r.pass_at_1, "passed": r.passed, "episodes": r.episodes,
+                "ci_low": r.ci_low, "ci_high": r.ci_high, "mean_reward": r.mean_reward,
+                "finish_reasons": r.finish_reasons, "behaviour": r.behaviour,
+                "seconds": r.seconds,
+            }
+            for r in results
+        }  # fmt: skip
+        return {**by_tier[str(results[0].tier)], "tier": results[0].tier, "by_tier": by_tier}
 
     async def rl(self) -> int:
         registry, run_id = self.run.registry, self.run.run_id
@@ -50,10 +60,23 @@ class TrainerHost:
 
         return str(save_checkpoint(self.run.model, Path(directory), self.run.tokenizer))
 
-    async def finish(self, summary: dict) -> str:
-        path = self.run.reporter.finish({**summary, **self.run.totals})
+    async def finish(self, summary: dict) -> dict:
+        """Write the summary and the reward curve; returns the curve's path and the training
+        reward at the start and the end of RL."""
+        ends = reward_ends(self.run.reporter.history())
+        path = self.run.reporter.finish({**summary, **self.run.totals, **ends})
         await self.run.close()
-        return str(path)
+        return {"curve": str(path), **ends}
+
+
+def reward_ends(history: list[dict]) -> dict[str, float]:
+    """Mean training reward over the first and over the last quarter of the RL steps (at
+    least one step each): one step's few groups are too noisy to compare alone."""
+    rewards = [r["reward_mean"] for r in history if "reward_mean" in r]
+    if not rewards:
+        return {}
+    k = max(1, len(rewards) // 4)
+    return {"train_reward_first": sum(rewards[:k]) / k, "train_reward_last": sum(rewards[-k:]) / k}
 
 
 class RolloutHost:

@@ -31,9 +31,11 @@ from etude.common.settings import EtudeSettings
 from etude.environment.client import GrpcEnvironment
 from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained
+from etude.model.pretrained import resolve_init
 from etude.reward.client import GrpcReward
 from etude.rollout.agent import EpisodeLimits, EpisodeRunner
 from etude.rollout.behaviour import behaviour_summary
+from etude.rollout.curriculum import Curriculum
 from etude.rollout.evaluation import Evaluation, pass_at_1
 from etude.rollout.orchestrator import Orchestrator, TaskCycle, WaitedBatch
 from etude.rollout.repositories import RepositoryCache
@@ -80,9 +82,10 @@ class TrainingRun:
 
     async def setup(self, resume: bool = False) -> None:
         config, settings = self.config, self.settings
-        self.tokenizer = policy_tokenizer(config)
+        self.policy_source = resolve_init(config.policy.init, settings.stack.models_dir)
+        self.tokenizer = policy_tokenizer(config, settings.stack.models_dir)
         self.train_tasks, self.eval_tasks = load_taskset(config.tasks)
-        self.model = from_pretrained(config.policy.init, seed=config.policy.seed)
+        self.model = from_pretrained(self.policy_source, seed=config.policy.seed)
         if config.trainer.precision == "mxfp8":
             from etude.kernels.mx_training import set_precision
 
@@ -119,10 +122,14 @@ class TrainingRun:
             tasks=TaskCycle(self.train_tasks, config.tasks.seed),
             group_size=r.group_size, groups_per_step=r.groups_per_step,
             over_provision=r.over_provision, max_staleness=r.max_staleness,
+            hint_tier=config.tasks.hint_tier,
         )  # fmt: skip
         await self.orchestrator.start()
+        self.curriculum = Curriculum(config.tasks.curriculum, config.tasks.hint_tier)
         if self.resumed:
             self.orchestrator.restore(self.state.extra["orchestrator"])
+            if "curriculum" in self.state.extra:
+                self.curriculum.restore(self.state.extra["curriculum"])
         self.reporter = Reporter(self.output_dir)
         # The trainer's Prometheus endpoint (ETUDE_GRPC__METRICS_PORT; 0 picks a free port).
         endpoint = start_metrics_endpoint(
@@ -172,16 +179,24 @@ class TrainingRun:
         return {"demonstrations": len(demos), "sft_first_loss": history[0].loss,
                 "sft_final_loss": history[-1].loss}  # fmt: skip
 
-    async def evaluate(self, label: str) -> Evaluation | None:
-        if not self.eval_tasks:
-            return None
-        result = await pass_at_1(
-            self.eval_tasks, self.runner, self.inference[0], self.tokenizer,
-            label=f"{self.run_id}-{label}",
-        )  # fmt: skip
-        self.reporter.log(0, {"pass_at_1": result.pass_at_1, "mean_reward": result.mean_reward,
-                              **result.behaviour}, f"eval_{label}")  # fmt: skip
-        return result
+    async def evaluate(self, label: str) -> list[Evaluation]:
+        """Held-out pass@1 at each of `tasks.eval_tiers` (default: the run's tier)."""
+        tasks = self.config.tasks
+        results = []
+        for tier in tasks.eval_tiers or (tasks.hint_tier,):
+            if not self.eval_tasks:
+                break
+            result = await pass_at_1(
+                self.eval_tasks, self.runner, self.inference[0], self.tokenizer,
+                label=f"{self.run_id}-{label}-t{tier}", tier=tier, samples=tasks.eval_samples,
+                temperature=tasks.eval_temperature,
+            )  # fmt: skip
+            values = {"pass_at_1": result.pass_at_1, "mean_reward": result.mean_reward,
+                      "ci_low": result.ci_low, "ci_high": result.ci_high,
+                      "episodes": result.episodes, **result.behaviour}  # fmt: skip
+            self.reporter.log(0, values, f"eval_{label}/tier{tier}")
+            results.append(result)
+        return results
 
     async def rl(
         self,
@@ -200,6 +215,7 @@ class TrainingRun:
             if on_batch is not None:
                 on_batch(state.step + 1, groups, stats)
             state.step += 1
+            self.orchestrator.hint_tier = self.curriculum.update(stats.pass_rate)
             sync_seconds = await self.publish()
             if state.step < config.steps:  # the last step leaves no rollouts behind
                 await self.orchestrator.schedule(state.policy_version)
@@ -216,7 +232,8 @@ class TrainingRun:
         return state.step
 
     async def checkpoint(self) -> Path:
-        self.state.extra = {"orchestrator": self.orchestrator.snapshot(), "totals": self.totals}
+        self.state.extra = {"orchestrator": self.orchestrator.snapshot(), "totals": self.totals,
+                            "curriculum": self.curriculum.snapshot()}  # fmt: skip
         path = await asyncio.to_thread(
             checkpoint.save, self.checkpoint_dir, self.model, self.trainer.optimizer, self.state,
             tokenizer=self.tokenizer, keep=self.config.trainer.keep_checkpoints,
@@ -241,6 +258,7 @@ class TrainingRun:
             **stats.as_dict(),
             **behaviour_summary(trajectories),
             "step": self.state.step,
+            "hint_tier": float(self.orchestrator.hint_tier),
             "policy_version": self.state.policy_version,
             "tokens_per_second": stats.tokens / max(stats.seconds, 1e-9),
             "step_seconds": stats.seconds,

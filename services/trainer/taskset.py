@@ -34,7 +34,7 @@ def taskset_path(name: str) -> Path:
 
 def highest_tier(config: TasksConfig) -> int:
     """The most hints any episode of the run is shown: the curriculum only takes hints away."""
-    return max(config.hint_tier, *(config.eval_tiers or ()))
+    return max((config.hint_tier, *(config.eval_tiers or ())))
 
 
 def load_taskset(config: TasksConfig) -> tuple[list[Task], list[Task]]:

@@ -3,7 +3,7 @@ Llama (greedy tokens and raw logprobs against our torch model, full and partial 
 in the trainer's names) and its upcycled Mixtral (vLLM loads it; an update in our stacked
 expert names is exact).
 
-One engine per test (~10 s to start each on a CPU), eager mode, fp32.
+One engine per test (~20 s each on two CPU cores, most of it starting vLLM), eager, fp32.
 """
 
 from __future__ import annotations

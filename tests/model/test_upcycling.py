@@ -123,3 +123,14 @@ def test_cli_upcycles_a_checkpoint_with_its_tokenizer(tmp_path):
         ["model", "upcycle", str(source), "--experts", "4", "--top-k", "2", "--out", str(out)],
     )
     assert again.exit_code == 1 and "already holds a checkpoint" in again.output
+
+
+def test_an_moe_with_llama_attention_must_fit_the_mixtral_layout():
+    with pytest.raises(ValueError, match="Mixtral"):
+        dataclasses.replace(
+            llama_config(), num_experts=4, moe_intermediate_size=32, mlp_only_layers=(1,)
+        )
+    with pytest.raises(ValueError, match="Mixtral"):
+        dataclasses.replace(
+            llama_config(), num_experts=4, moe_intermediate_size=32, norm_topk_prob=False
+        )

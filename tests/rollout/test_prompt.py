@@ -1,11 +1,32 @@
-"""The system prompt documents every tool, and its example is a batch the parser accepts."""
+"""The system prompts document their tools, their examples are batches the parser accepts, and
+an episode at hint tier 3 opens with the short prompt and the function's source."""
 
 from __future__ import annotations
 
-from etude.common.toolcalls import parse_tool_calls, tools_by_name
+import pytest
+
+from etude.common.payloads import RolloutRequest
+from etude.common.toolcalls import ToolCall, parse_tool_calls, render_tool_calls, tools_by_name
+from etude.environment.client import InProcessEnvironment
+from etude.environment.sessions import SessionManager
 from etude.environment.tools import TOOLS, tool_specs
 from etude.model.tokenizer import load_tokenizer
-from etude.rollout.prompt import IM_END, IM_START, episode_start, observation, system_prompt
+from etude.reward.config import RewardConfig
+from etude.reward.grader import Grader, Score
+from etude.rollout.agent import EpisodeLimits, EpisodeRunner, SampledTurn
+from etude.rollout.prompt import (
+    IM_END,
+    IM_START,
+    SHORT_TOOLS,
+    episode_start,
+    observation,
+    system_prompt,
+)
+from etude.tasks.hints import instruction_at_tier, task_hints
+from etude.tasks.materialize import TASKS_FILE, materialize
+from etude.tasks.task import Task, read_jsonl
+from tests.environment.conftest import make_config
+from tests.tasks.conftest import bwrap  # noqa: F401
 
 
 def test_the_system_prompt_lists_every_tool_with_its_parameters():
@@ -32,3 +53,79 @@ def test_turn_markers_are_single_tokens_and_turns_alternate():
     assert start.endswith(f"{IM_START}assistant\n")
     after = observation("<tool_result>…</tool_result>")
     assert after.startswith(IM_END) and after.endswith(f"{IM_START}assistant\n")
+
+
+def test_the_short_prompt_documents_only_editing_and_submitting():
+    short = system_prompt(short=True)
+    assert "edit_file(path, old_string, new_string" in short and "submit(message)" in short
+    others = [name for name in TOOLS if name not in SHORT_TOOLS]
+    assert others and not any(f"{name}(" in short for name in others)
+    example = short.split("# Calling tools\n\n")[1].split("\n\n# Rules")[0]
+    turn = parse_tool_calls(example, tools=tools_by_name(tool_specs()))
+    assert turn.ok and [c.name for c in turn.calls] == ["edit_file", "submit"]
+    tokenizer = load_tokenizer()
+    assert len(tokenizer.encode(short)) * 2 < len(tokenizer.encode(system_prompt()))
+
+
+class FixFromTheHints:
+    """A turn that does what tier 3 asks: edit the shown lines as the gold patch does, submit.
+    Records the context it was given."""
+
+    def __init__(self, task: Task, tokenizer) -> None:
+        removed = [line[1:] for line in task.gold_patch.splitlines()
+                   if line.startswith("-") and not line.startswith("---")]  # fmt: skip
+        added = [line[1:] for line in task.gold_patch.splitlines()
+                 if line.startswith("+") and not line.startswith("+++")]  # fmt: skip
+        self.text = render_tool_calls([
+            ToolCall("edit_file", {"path": task_hints(task).path, "old_string": "\n".join(removed),
+                                   "new_string": "\n".join(added)}, "call_0"),
+            ToolCall("submit", {"message": "fixed"}, "call_1"),
+        ])  # fmt: skip
+        self.tokenizer = tokenizer
+        self.contexts: list[list[int]] = []
+
+    async def sample(self, context_ids, results, max_new_tokens) -> SampledTurn:
+        self.contexts.append(list(context_ids))
+        tokens = [*self.tokenizer.encode(self.text), self.tokenizer.convert_tokens_to_ids(IM_END)]
+        return SampledTurn(tokens, [-0.1] * len(tokens), [1] * len(tokens), self.text)
+
+
+class GradeById:
+    """The reward service's part: the session's diff graded against the task the id names."""
+
+    def __init__(self, environment: InProcessEnvironment, grader: Grader, tasks) -> None:
+        self.environment, self.grader, self.tasks = environment, grader, {t.id: t for t in tasks}
+
+    async def score(self, task_id: str, *, session_id: str = "", patch: str = "") -> Score:
+        diff = (await self.environment.diff(session_id)).unified_diff
+        return await self.grader.score(self.tasks[task_id], diff)
+
+
+@pytest.mark.integration
+async def test_a_tier_3_episode_opens_with_the_short_prompt_and_the_shown_code_fixes_it(
+    tmp_path,
+    bwrap,  # noqa: F811
+):
+    task = next(read_jsonl(TASKS_FILE))
+    tokenizer = load_tokenizer()
+    manager = SessionManager(make_config(tmp_path))
+    environment = InProcessEnvironment(manager)
+    cache = tmp_path / "tasks"
+    grader = Grader(RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60), bwrap)
+    runner = EpisodeRunner(
+        environment, GradeById(environment, grader, [task]), tokenizer,
+        EpisodeLimits(max_episode_tokens=8192), lambda t: materialize(t, cache),
+    )  # fmt: skip
+    try:
+        for tier, short in ((3, True), (0, False)):
+            request = RolloutRequest(
+                run_id="r", task_id=task.id, group_id="g", sample_index=0, min_policy_version=0,
+                hint_tier=tier,
+            )  # fmt: skip
+            sampler = FixFromTheHints(task, tokenizer)
+            trajectory = await runner.run(request, task, sampler)
+            expected = episode_start(instruction_at_tier(task, tier), system_prompt(short=short))
+            assert sampler.contexts[0] == tokenizer.encode(expected)
+            assert (trajectory.finish_reason, trajectory.reward) == ("submitted", 1.0)
+    finally:
+        await manager.close_all()
