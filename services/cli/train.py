@@ -428,7 +428,7 @@ class _Driver:
             ("demonstrations (SFT)", summary.get("demonstrations")),
             ("SFT loss first → last", sft_loss),
             ("SFT held-out loss first → last",
-             _pair(summary.get("sft_held_out_first_loss"), summary.get("sft_held_out_loss"))),
+             _pair(summary.get("sft_held_out_first_nll"), summary.get("sft_held_out_final_nll"))),
             ("training reward first → last step",
              _pair(summary.get("train_reward_first"), summary.get("train_reward_last"))),
         ]  # fmt: skip

@@ -93,6 +93,8 @@ class SftConfig(_Part):
     """Share of demonstrated tasks kept out of training for the held-out SFT loss."""
     trainable_layers: int | None = Field(default=None, ge=0, le=100_000)
     """Train only the last N decoder layers (with the final norm); None: every parameter."""
+    autocast: Literal["off", "bf16"] = "off"
+    """As `trainer.autocast`, for the SFT steps."""
     cache_dir: Path | None = None
     """Keep the SFT policy here, keyed by everything that shapes it, and reuse it when a run
     with the same key starts (`make run` builds it once); None: always train."""
@@ -157,6 +159,10 @@ class TrainerConfig(_Part):
     trainable_layers: int | None = Field(default=None, ge=0, le=100_000)
     """Train only the last N decoder layers (with the final norm); the rest stay frozen.
     None: every parameter."""
+    autocast: Literal["off", "bf16"] = "off"
+    """`bf16`: matmuls in bfloat16 over fp32 weights (torch.autocast). On a CPU with
+    AVX512-BF16 or AMX a step is 2–4× faster; logprobs move by ~1e-2, which the truncated
+    importance weight absorbs."""
     sync: Literal["full", "changed"] = "changed"
     """Weight sync after a step: `changed` sends only the tensors the trainer can change
     (the trainable ones); `full` sends every tensor."""

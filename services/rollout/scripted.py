@@ -54,6 +54,7 @@ from etude.rollout.scripted_search import (
 )
 from etude.rollout.scripted_sight import Sight, words_of
 from etude.rollout.scripted_styles import Style, style_for
+from etude.tasks.hints import HintError, instruction_at_tier
 from etude.tasks.task import Task
 
 __all__ = ["SHOWN_CHARS", "ScriptError", "ScriptedSolver"]
@@ -79,8 +80,6 @@ def instruction_at(task: Task, tier: int) -> str:
     """The instruction an episode of `task` at `tier` shows."""
     if tier == 0:
         return task.instruction
-    from etude.tasks.hints import HintError, instruction_at_tier
-
     try:
         return instruction_at_tier(task, tier)
     except HintError as error:

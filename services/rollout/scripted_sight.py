@@ -290,7 +290,10 @@ class Sight:
             return f"read_file: {path} was not shown"
         if "start_line" not in args and "end_line" not in args:
             return None
-        start = int(args.get("start_line", "1"))
+        numbers = [args.get("start_line", "1"), args.get("end_line", "1")]
+        if not all(n.strip().isdigit() for n in numbers):
+            return f"read_file: line numbers {numbers} are not numbers"
+        start = int(numbers[0])
         end = int(args["end_line"]) if "end_line" in args else start + MAX_LINES - 1
         seen = self.lines_of(path)
         if not any(start - 1 <= n <= end for n in seen):

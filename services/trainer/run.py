@@ -30,7 +30,7 @@ from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings
 from etude.environment.client import GrpcEnvironment
 from etude.inference.client import GrpcInference
-from etude.model.checkpoint import from_pretrained
+from etude.model.checkpoint import from_pretrained, load_model, save_checkpoint
 from etude.model.pretrained import resolve_init
 from etude.reward.client import GrpcReward
 from etude.rollout.agent import EpisodeLimits, EpisodeRunner
@@ -42,11 +42,11 @@ from etude.rollout.repositories import RepositoryCache
 from etude.rollout.service import policy_tokenizer
 from etude.rollout.streams import rollout_queue, trajectory_queue
 from etude.tasks.materialize import PROJECTS_DIR
-from etude.trainer import checkpoint, metrics
+from etude.trainer import checkpoint, metrics, sft_cache
 from etude.trainer.publish import WeightPublisher
 from etude.trainer.report import Reporter
 from etude.trainer.sft import collect_demonstrations, sft_train
-from etude.trainer.taskset import load_taskset
+from etude.trainer.taskset import load_taskset, training_tiers
 from etude.trainer.trainer import PolicyTrainer, StepStats
 
 log = logging.getLogger(__name__)
@@ -158,26 +158,52 @@ class TrainingRun:
         return seconds
 
     async def warm_start(self, on_progress: Callable[[str], None] = lambda _: None) -> dict:
-        """SFT on scripted demonstrations (skipped on resume or when disabled)."""
+        """SFT on scripted demonstrations (skipped on resume or when disabled), or the cached
+        policy of an earlier run with the same SFT key (`sft.cache_dir`)."""
         sft = self.config.sft
         if self.resumed or not sft.enabled or sft.steps == 0:
             return {}
+        if sft.cache_dir is not None:
+            key = sft_cache.cache_key(self.config)
+            cached = sft_cache.cached_policy(sft.cache_dir, key)
+            if cached is not None:
+                on_progress(f"SFT policy from the cache: {cached}")
+                state = load_model(cached).state_dict()
+                self.model.load_state_dict(state)
+                summary = sft_cache.cached_summary(cached)
+                return {**summary, "sft_cached": str(cached), "sft_from_cache": True}
+        summary = await self._sft(on_progress)
+        if sft.cache_dir is not None:
+            path = await asyncio.to_thread(
+                sft_cache.store_policy, sft.cache_dir, key,
+                lambda d: save_checkpoint(self.model, d, self.tokenizer), summary,
+            )  # fmt: skip
+            summary["sft_cached"] = str(path)
+        return summary
+
+    async def _sft(self, on_progress: Callable[[str], None]) -> dict:
+        sft = self.config.sft
         tasks = self.train_tasks[: sft.demonstrations or len(self.train_tasks)]
-        on_progress(f"writing {len(tasks)} demonstrations")
+        tiers = sft.hint_tiers or training_tiers(self.config.tasks)
+        on_progress(f"writing {len(tasks)} × {len(tiers)} tiers × {sft.variants} demonstrations")
         demos = await collect_demonstrations(
-            tasks, self.runner, self.tokenizer, run_id=f"{self.run_id}-sft"
-        )
+            tasks, self.runner, self.tokenizer, tiers=tiers, variants=sft.variants,
+            run_id=f"{self.run_id}-sft",
+        )  # fmt: skip
         on_progress(f"SFT on {len(demos)} demonstrations")
 
         def log_step(step) -> None:
             self.reporter.log(step.step, {"loss": step.loss, "tokens": step.tokens}, "sft")
             on_progress(f"SFT step {step.step}/{sft.steps}: loss {step.loss:.3f}")
 
+        def log_held_out(loss) -> None:
+            self.reporter.log(loss.step, {"held_out_nll": loss.nll}, "sft_held_out")
+
         history = await asyncio.to_thread(
-            sft_train, self.model, demos, sft, seed=self.config.policy.seed, on_step=log_step
-        )
-        return {"demonstrations": len(demos), "sft_first_loss": history[0].loss,
-                "sft_final_loss": history[-1].loss}  # fmt: skip
+            sft_train, self.model, demos, sft, seed=self.config.policy.seed, on_step=log_step,
+            on_held_out=log_held_out,
+        )  # fmt: skip
+        return {**demos.summary(), **history.summary()}
 
     async def evaluate(self, label: str) -> list[Evaluation]:
         """Held-out pass@1 at each of `tasks.eval_tiers` (default: the run's tier)."""

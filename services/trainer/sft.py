@@ -45,6 +45,7 @@ from etude.trainer.freezing import train_last_layers
 log = logging.getLogger(__name__)
 
 AUX_LOSS_COEF = 0.01
+DROP_REASONS = ("unscriptable", "unsolved", "over_budget", "dishonest", "failed")
 HELD_OUT_BATCH = 4
 
 
@@ -63,8 +64,9 @@ class TierCounts:
     """How one tier's demonstrations fared: `written` episodes (or attempts), of which
     `kept`; the others were `unscriptable` (no honest script for the task at that tier:
     no hints, no search that finds the location), `unsolved` (no submit or reward below 1),
-    `over_budget` (out of turns or tokens) or `dishonest` (the check on the shown tokens
-    failed, which the solver's own checks should make impossible)."""
+    `over_budget` (out of turns or tokens), `dishonest` (the check on the shown tokens
+    failed, which the solver's own checks should make impossible) or `failed` (the session
+    or the grading raised)."""
 
     written: int = 0
     kept: int = 0
@@ -72,6 +74,7 @@ class TierCounts:
     unsolved: int = 0
     over_budget: int = 0
     dishonest: int = 0
+    failed: int = 0
     turns: list[int] = field(default_factory=list)
     """Turns of each kept demonstration."""
     tokens: list[int] = field(default_factory=list)
@@ -103,7 +106,7 @@ class Demonstrations(Sequence[Trajectory]):
         out: dict[str, float] = {"demonstrations": len(self.entries)}
         for tier, c in sorted(self.counts.items()):
             prefix = f"sft_tier{tier}_"
-            for name in ("written", "kept", "unscriptable", "unsolved", "over_budget", "dishonest"):
+            for name in ("written", "kept", *DROP_REASONS):
                 out[prefix + name] = getattr(c, name)
             if c.turns:
                 out[prefix + "mean_turns"] = sum(c.turns) / len(c.turns)
@@ -150,7 +153,12 @@ async def collect_demonstrations(
                 sample_index=0, min_policy_version=0, hint_tier=tier,
             )  # fmt: skip
             sampler = ScriptedSampler(solver, tokenizer)
-            trajectory = await runner.run(request, task, sampler)
+            try:
+                trajectory = await runner.run(request, task, sampler)
+            except Exception:  # a session or grade that failed loses this one, not the set
+                log.warning("demonstration of %s at tier %d failed", task.id, tier, exc_info=True)
+                c.failed += 1
+                return None
         if on_done is not None:
             on_done()
         if sampler.error is not None:

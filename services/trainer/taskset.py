@@ -56,3 +56,12 @@ def load_taskset(config: TasksConfig) -> tuple[list[Task], list[Task]]:
         round_robin(train, config.seed)[: config.train_limit],
         round_robin(held_out, config.seed)[: config.eval_limit],
     )
+
+
+def training_tiers(config: TasksConfig) -> tuple[int, ...]:
+    """Every tier RL may train at: the start tier, and with a curriculum each tier down to
+    its final one (the curriculum moves from more hints to fewer)."""
+    if not config.curriculum.enabled:
+        return (config.hint_tier,)
+    low = min(config.hint_tier, config.curriculum.final_tier)
+    return tuple(range(config.hint_tier, low - 1, -1))

@@ -23,6 +23,7 @@ from etude.model.model import Transformer
 from etude.trainer.batch import Batch, collate, token_logprobs, token_logprobs_and_entropy
 from etude.trainer.freezing import train_last_layers, trainable_parameters
 from etude.trainer.loss import LossConfig, group_advantages, policy_loss
+from etude.trainer.precision import autocast
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +107,10 @@ class PolicyTrainer:
             weight = tokens / total_tokens if by_tokens else (rows.stop - rows.start) / B
             if tokens == 0 and by_tokens:
                 continue
-            logprobs, entropy_BT, aux = token_logprobs_and_entropy(
-                self.model, micro, policy_tokens_only=self.config.policy_token_logits
-            )
+            with autocast(self.config.autocast):
+                logprobs, entropy_BT, aux = token_logprobs_and_entropy(
+                    self.model, micro, policy_tokens_only=self.config.policy_token_logits
+                )
             reference = self._reference_logprobs(micro)
             policy, stats = policy_loss(
                 logprobs, micro.behaviour_logprobs_BT, advantages_B[rows], micro.mask_BT,
@@ -149,4 +151,5 @@ class PolicyTrainer:
         if self.reference is None or not self.config.loss.kl_coef:
             return None
         only = self.config.policy_token_logits
-        return token_logprobs(self.reference, micro, policy_tokens_only=only)[0]
+        with autocast(self.config.autocast):
+            return token_logprobs(self.reference, micro, policy_tokens_only=only)[0]

@@ -76,7 +76,7 @@ def demonstrations(tasks) -> Demonstrations:
             stack = Stack(Path(scratch), tasks)
             try:
                 return await collect_demonstrations(
-                    tasks, stack.runner, TOKENIZER, tiers=TIERS, variants=VARIANTS, concurrency=2
+                    tasks, stack.runner, TOKENIZER, tiers=TIERS, variants=VARIANTS, concurrency=1
                 )
             finally:
                 await stack.manager.close_all()
