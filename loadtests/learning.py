@@ -98,9 +98,7 @@ def main() -> None:
     tier = overrides.get("tasks.hint_tier", 3)
     overrides["tasks.eval_tiers"] = [tier] if args.quick else [tier, 0]
     with tempfile.TemporaryDirectory(prefix="etude-learning-") as scratch:
-        summary, records, wall = train(
-            overrides, Path(scratch) / "runs", Path(scratch) / "stack"
-        )
+        summary, records, wall = train(overrides, Path(scratch) / "runs", Path(scratch) / "stack")
     results = figures(summary, records, wall)
     print_metrics("learning" + (" (quick: the path, not learning)" if args.quick else ""), results)
     write_json(args.json, "learning", results, quick=args.quick,

@@ -89,6 +89,11 @@ def smollm2_tokenizer():
 
 def print_styles(tasks, tiers, variants, demos: Demonstrations, smol) -> dict[str, float]:
     bundled = load_tokenizer()
+    smol_count: dict[int, int] = {}  # SmolLM2 tokens of each kept demonstration's text
+    if smol is not None:
+        for entry in demos.entries:
+            text = bundled.decode(entry.trajectory.token_ids)
+            smol_count[id(entry.trajectory)] = len(smol.encode(text, add_special_tokens=False))
     table = Table(title=f"scripted demonstrations of {len(tasks)} training tasks")
     columns = ("tier", "style", "written", "kept", "mean turns", "mean tokens",
                "mean policy tokens", "mean SmolLM2 tokens")  # fmt: skip
@@ -116,11 +121,8 @@ def print_styles(tasks, tiers, variants, demos: Demonstrations, smol) -> dict[st
             tokens = statistics.mean(len(t.token_ids) for t in group) if group else 0.0
             policy = statistics.mean(sum(t.loss_mask) for t in group) if group else 0.0
             smol_tokens = (
-                statistics.mean(
-                    len(smol.encode(bundled.decode(t.token_ids), add_special_tokens=False))
-                    for t in group
-                )
-                if smol is not None and group
+                statistics.mean(smol_count[id(t)] for t in group)
+                if smol_count and group
                 else float("nan")
             )
             table.add_row(
@@ -128,12 +130,11 @@ def print_styles(tasks, tiers, variants, demos: Demonstrations, smol) -> dict[st
                 f"{tokens:.0f}", f"{policy:.0f}", f"{smol_tokens:.0f}",
             )  # fmt: skip
             out[f"tier{tier}_{style.label}_kept_fraction"] = len(group) / written[key]
-        entries = [e for e in demos.entries if e.tier == tier]
-        if entries and smol is not None:
-            out[f"tier{tier}_mean_smollm2_tokens"] = statistics.mean(
-                len(smol.encode(bundled.decode(e.trajectory.token_ids), add_special_tokens=False))
-                for e in entries
-            )
+        counts = [smol_count[id(e.trajectory)] for e in demos.entries if e.tier == tier]
+        if counts and smol_count:
+            out[f"tier{tier}_mean_smollm2_tokens"] = statistics.mean(counts)
+            limit = RolloutConfig().max_episode_tokens
+            out[f"tier{tier}_smollm2_over_budget"] = sum(n > limit for n in counts)
     Console().print(table)
     return out
 
@@ -166,6 +167,9 @@ def main() -> None:
         if f"tier{tier}_mean_smollm2_tokens" in details:
             value = details[f"tier{tier}_mean_smollm2_tokens"]
             metrics[f"tier{tier}_mean_smollm2_tokens"] = metric(value, "tokens")
+            # Kept here, but over the episode budget in SmolLM2's tokens.
+            over = details[f"tier{tier}_smollm2_over_budget"]
+            metrics[f"tier{tier}_smollm2_over_budget"] = metric(over, "demonstrations")
     title = f"scripted coverage: {len(tasks)} tasks × {variants} styles in {seconds:.0f} s"
     print_metrics(title, metrics)
     write_json(

@@ -306,6 +306,7 @@ class VllmBackend:
         model_name = model_name or checkpoint_dir.name
         stats_sink = _LatestSchedulerStats()
         args = AsyncEngineArgs(
+            **_prefill_args(max_model_len),
             model=str(checkpoint_dir),
             served_model_name=[model_name],
             dtype=dtype,
@@ -490,3 +491,21 @@ class VllmBackend:
             # exit, when the modules it calls into are already torn down.
             del self._engine
             gc.collect()
+
+
+def _prefill_args(max_model_len: int | None) -> dict:
+    """On a CPU, whole prompts in one engine step. vLLM 0.32's CPU runner cannot rewind a
+    seeded request's generator after a partial (chunked) prefill step ("CPU Generator does
+    not use offset"): the engine dies on the first long prompt of a seeded request. Without
+    chunking, and with a step budget that holds a whole prompt, no step is partial."""
+    import torch
+
+    if torch.cuda.is_available():
+        return {}
+    return {
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(max_model_len or 0, _CPU_PREFILL_TOKENS),
+    }
+
+
+_CPU_PREFILL_TOKENS = 8192

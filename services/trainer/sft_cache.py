@@ -20,6 +20,12 @@ _SERVICES = Path(__file__).resolve().parents[1]
 _SOURCES = (
     "rollout/scripted",
     "rollout/scripted.py",
+    "rollout/scripted_honesty.py",
+    "rollout/scripted_patch.py",
+    "rollout/scripted_search.py",
+    "rollout/scripted_sight.py",
+    "rollout/scripted_styles.py",
+    "rollout/samplers.py",
     "rollout/prompt.py",
     "rollout/agent.py",
     "tasks/hints.py",

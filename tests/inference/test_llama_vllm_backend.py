@@ -86,11 +86,27 @@ def _llama(tokenizer, seed: int):
     return build_model(config, seed=seed).eval()
 
 
+async def _seeded_requests_whose_prompts_overflow_a_step_all_finish(backend) -> None:
+    """32 seeded samples at once, 3,200 prompt tokens: more than vLLM's default step budget
+    (2,048), which split prompts across steps and killed the CPU engine on a seeded one."""
+    import asyncio
+
+    def request(i: int) -> GenerationRequest:
+        prompt = tuple((7 * i + j) % 200 + 3 for j in range(100))
+        params = SamplingParams(temperature=1.0, max_tokens=4, seed=i, ignore_eos=True)
+        return GenerationRequest(request_id=f"seeded-{i}", prompt_token_ids=prompt, sampling=params)
+
+    done = await asyncio.gather(*(run_request(backend, request(i)) for i in range(32)))
+    assert [len(c[0]["tokens"]) for c in done] == [4] * 32
+    assert backend.alive
+
+
 async def test_vllm_serves_a_llama_and_takes_full_and_partial_updates(tmp_path, tokenizer):
     save_checkpoint(_llama(tokenizer, seed=0), tmp_path, tokenizer)
     backend = await _start(tmp_path)
     try:
         await _assert_serves(backend, load_model(tmp_path).eval(), version=0)
+        await _seeded_requests_whose_prompts_overflow_a_step_all_finish(backend)
 
         trained = _llama(tokenizer, seed=1)
         full = list(trained.state_dict().items())  # lm_head.weight included: it is tied
