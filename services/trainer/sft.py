@@ -41,6 +41,7 @@ from etude.rollout.scripted_honesty import derivable_violations, episode_from_te
 from etude.tasks.task import Task
 from etude.trainer.batch import collate, token_logprobs
 from etude.trainer.freezing import train_last_layers
+from etude.trainer.precision import autocast
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +319,8 @@ def sft_train(
 
         def measure(step: int) -> None:
             if held:
-                nll, tokens = held_out_nll(model, held)
+                with autocast(config.autocast):
+                    nll, tokens = held_out_nll(model, held)
                 losses.append(HeldOutLoss(step, nll, tokens))
                 if on_held_out is not None:
                     on_held_out(losses[-1])
@@ -329,7 +331,8 @@ def sft_train(
             if len(order) < config.batch_size:
                 order += rng.sample(range(len(train)), len(train))
             picked, order = order[: config.batch_size], order[config.batch_size :]
-            loss, tokens = nll_loss(model, [train[i] for i in picked])
+            with autocast(config.autocast):
+                loss, tokens = nll_loss(model, [train[i] for i in picked])
             loss.backward()
             torch.nn.utils.clip_grad_norm_(parameters, 1.0)
             optimizer.step()
