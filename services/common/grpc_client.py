@@ -13,7 +13,7 @@ certificates are configured. Health probes present no token (health is open).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import grpc
 from grpc import aio
@@ -30,30 +30,40 @@ def _seconds(value: float) -> str:
     return f"{value:.3f}s"
 
 
-def service_config(settings: ClientSettings) -> str:
+def service_config(settings: ClientSettings, long_methods: Sequence[str] = ()) -> str:
     """A service config that balances over every address of the target and applies the
-    deadline and retry policy to every method."""
-    method: dict[str, object] = {
-        "name": [{}],  # an empty name matches every service and method
-        "timeout": _seconds(settings.timeout_seconds),
-    }
+    deadline and retry policy to every method; `long_methods` (`package.Service/Method`)
+    get `long_call_timeout_seconds` instead. A per-call `timeout=` can only shorten the
+    deadline the service config sets, never lengthen it."""
+    retry: dict[str, object] = {}
     if settings.max_attempts > 1:  # gRPC refuses a retry policy of a single attempt
-        method["retryPolicy"] = {
+        retry["retryPolicy"] = {
             "maxAttempts": settings.max_attempts,
             "initialBackoff": _seconds(settings.initial_backoff_seconds),
             "maxBackoff": _seconds(settings.max_backoff_seconds),
             "backoffMultiplier": settings.backoff_multiplier,
             "retryableStatusCodes": list(RETRYABLE_CODES),
         }
+    methods: list[dict[str, object]] = [
+        # an empty name matches every service and method
+        {"name": [{}], "timeout": _seconds(settings.timeout_seconds), **retry}
+    ]
+    if long_methods:  # a named method's entry wins over the catch-all
+        names = [dict(zip(("service", "method"), m.split("/"), strict=True)) for m in long_methods]
+        methods.append(
+            {"name": names, "timeout": _seconds(settings.long_call_timeout_seconds), **retry}
+        )
     # round_robin: a headless Kubernetes Service resolves to every pod, and calls spread
     # over all of them (gRPC's default, pick_first, would send everything to one pod).
-    return json.dumps({"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": [method]})
+    return json.dumps({"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": methods})
 
 
-def channel_options(settings: ClientSettings, max_message_bytes: int) -> list[tuple[str, object]]:
+def channel_options(
+    settings: ClientSettings, max_message_bytes: int, long_methods: Sequence[str] = ()
+) -> list[tuple[str, object]]:
     return [
         ("grpc.enable_retries", 1),
-        ("grpc.service_config", service_config(settings)),
+        ("grpc.service_config", service_config(settings, long_methods)),
         *message_size_options(max_message_bytes),
     ]
 
@@ -64,14 +74,16 @@ def open_channel(
     max_message_bytes: int = 64 * 1024 * 1024,
     auth: AuthSettings | None = None,
     tokens: Mapping[str, str] | None = None,
+    long_methods: Sequence[str] = (),
 ) -> aio.Channel:
     """An asyncio channel to `target` (`host:port`) with the retry policy and size limits,
     presenting `tokens` (role → token; unset: those `auth` names, by default the process's
-    ETUDE_AUTH__* settings) and using mTLS when `auth` configures it."""
+    ETUDE_AUTH__* settings) and using mTLS when `auth` configures it. `long_methods`: see
+    `service_config`."""
     auth = auth or get_settings().auth
     if tokens is None:
         tokens = read_tokens(auth.tokens_dir, auth.roles)
-    options = channel_options(settings, max_message_bytes)
+    options = channel_options(settings, max_message_bytes, long_methods)
     interceptors = client_interceptors(tokens)
     tls = channel_credentials(auth)
     if tls is None:

@@ -148,7 +148,9 @@ class LossSettings(_Part):
 class TrainerConfig(_Part):
     steps: int = Field(default=10, ge=0, le=10_000_000)
     """RL steps (each publishes a new policy version)."""
-    lr: float = Field(default=1e-5, gt=0, le=1.0)
+    lr: float = Field(default=1e-5, ge=0, le=1.0)
+    """AdamW's learning rate; 0 makes a control run (everything runs, the policy never
+    changes) to hold a learning run against."""
     weight_decay: float = Field(default=0.0, ge=0, le=1e6)
     grad_clip: float = Field(default=1.0, gt=0, le=1e9)
     micro_batch: int = Field(default=4, ge=1, le=65_536)

@@ -47,6 +47,9 @@ class GrpcSettings(Section):
 class ClientSettings(Section):
     timeout_seconds: float = Field(default=30.0, gt=0)
     """Default deadline of a call when the caller gives none."""
+    long_call_timeout_seconds: float = Field(default=900.0, gt=0)
+    """Deadline of calls whose length follows the work they do (a generation, a tool command
+    of up to 600 s, grading a test suite, a weight update) when the caller gives none."""
     max_attempts: int = Field(default=4, ge=1, le=5)
     """Attempts per call on UNAVAILABLE (gRPC caps this at 5)."""
     initial_backoff_seconds: float = Field(default=0.1, gt=0)

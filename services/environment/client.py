@@ -79,9 +79,13 @@ _ERRORS = {
 }
 
 
+# A batch of tool calls may run a command for up to 600 s, and a diff walks the workspace.
+LONG_METHODS = ("etude.api.v1.EnvironmentService/Execute", "etude.api.v1.EnvironmentService/Diff")
+
+
 class GrpcEnvironment:
     def __init__(self, target: str, settings: ClientSettings) -> None:
-        self.channel: aio.Channel = open_channel(target, settings)
+        self.channel: aio.Channel = open_channel(target, settings, long_methods=LONG_METHODS)
         self.stub = environment_pb2_grpc.EnvironmentServiceStub(self.channel)
 
     async def _call(self, method, request):

@@ -13,7 +13,10 @@ from etude.environment.tools.base import SearchHit
 
 class GrpcSearchBackend:
     def __init__(self, target: str, settings: ClientSettings) -> None:
-        self.channel = open_channel(target, settings)
+        # Indexing embeds a whole repository: its length follows the repository's size.
+        self.channel = open_channel(
+            target, settings, long_methods=("etude.api.v1.SearchService/IndexWorkspace",)
+        )
         self.stub = search_pb2_grpc.SearchServiceStub(self.channel)
 
     async def index_workspace(self, workspace_id: str, root: Path | None, parent: str) -> None:

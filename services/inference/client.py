@@ -34,12 +34,20 @@ class WeightUpdate:
     seconds: float
 
 
+# A generation streams for as long as it samples, and a weight update for as long as the
+# model takes to send: neither fits an ordinary call's deadline.
+LONG_METHODS = (
+    "etude.api.v1.InferenceService/Generate",
+    "etude.api.v1.InferenceService/UpdateWeights",
+)
+
+
 class GrpcInference:
     def __init__(
         self, target: str, settings: ClientSettings | None = None, max_message_bytes: int = 64 << 20
     ) -> None:
         self.channel: aio.Channel = open_channel(
-            target, settings or ClientSettings(), max_message_bytes
+            target, settings or ClientSettings(), max_message_bytes, long_methods=LONG_METHODS
         )
         self.stub = inference_pb2_grpc.InferenceServiceStub(self.channel)
 

@@ -74,7 +74,7 @@ def target_labels(component: str) -> dict[str, str]:
 # policy rarely writes a valid one), so the tool-call histograms exist.
 RUN = {
     "name": "prom",
-    "tasks": {"train_limit": 2, "eval_limit": 0},
+    "tasks": {"train_limit": 2, "eval_limit": 0, "hint_tier": 3},  # two-turn episodes
     "sft": {"steps": 1, "batch_size": 2},
     "rollout": {"group_size": 2, "groups_per_step": 1, "over_provision": 0, "max_turns": 2,
                 "max_new_tokens": 32, "max_episode_tokens": 2048, "concurrency": 4},

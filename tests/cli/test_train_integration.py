@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 # The smallest run that still has every phase: SFT, pass@1 before, RL steps, pass@1 after.
 SMALL_RUN = {
     "name": "smoke",
-    "tasks": {"train_limit": 2, "eval_limit": 1},
+    "tasks": {"train_limit": 2, "eval_limit": 1, "hint_tier": 3},  # two-turn episodes
     "sft": {"steps": 2, "batch_size": 2},
     "rollout": {"group_size": 2, "groups_per_step": 1, "over_provision": 0, "max_turns": 2,
                 "max_new_tokens": 32, "max_episode_tokens": 2048, "concurrency": 4},

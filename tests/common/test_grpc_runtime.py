@@ -186,6 +186,28 @@ async def test_client_default_deadline_applies_without_a_timeout():
             assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+async def test_a_long_method_gets_the_long_deadline_and_the_others_keep_theirs():
+    """A generation or a grading lasts as long as its work: the ordinary deadline must not
+    cut it (a per-call timeout cannot lengthen what the service config sets)."""
+    # gRPC may start a service config's deadline up to about a second before the call, so
+    # the margins are wide.
+    settings = ClientSettings(timeout_seconds=0.3, long_call_timeout_seconds=4.0)
+    async with serving() as (runtime, _):
+        long_methods = (f"{SERVICE_NAME}/Status",)
+        async with open_channel(runtime.address, settings, long_methods=long_methods) as channel:
+            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            reply = await stub.Status(status_request("sleep=1.5"), timeout=10)
+            assert reply.run_id.value == "sleep=1.5"
+            with pytest.raises(grpc.aio.AioRpcError) as error:  # bounded all the same
+                await stub.Status(status_request("sleep=8"), timeout=10)
+            assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        async with open_channel(runtime.address, settings) as channel:  # not named: 0.3 s
+            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await stub.Status(status_request("sleep=1.5"), timeout=10)
+            assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 @pytest.mark.integration
 def test_sigterm_drains_finishes_calls_in_flight_and_exits_cleanly(tmp_path):
     port, metrics_port = free_port(), free_port()
