@@ -17,6 +17,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -66,11 +67,16 @@ class WorkspaceStore:
         key = hashlib.sha256(str(source).encode()).hexdigest()[:16]
         base = self.bases / key
         if not base.exists():
-            staging = self.bases / f".{key}.{os.getpid()}.{id(self)}"
-            _copy_tree(source, staging)
+            # A staging directory of its own per call: sessions of one group often prepare
+            # the same base at once, from several threads of one process.
+            staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.bases))
             try:
+                _copy_tree(source, staging)  # `cp -a src/.` also gives it the source's mode
                 staging.rename(base)  # atomic: a concurrent preparer loses the race cleanly
             except OSError:
+                if not base.is_dir():
+                    raise
+            finally:
                 shutil.rmtree(staging, ignore_errors=True)
         return base
 

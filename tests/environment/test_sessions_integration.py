@@ -34,6 +34,19 @@ def printed(result) -> str:
     return result.output.rsplit("[exit code:", 1)[0]
 
 
+async def test_a_group_opens_sessions_of_a_new_repository_at_once(manager, repo):
+    """The rollouts of a GRPO group start together: their sessions prepare the same
+    repository's base concurrently, and every one must open on the whole repository."""
+    for i in range(40):  # a larger tree makes the copies overlap
+        (repo / "pkg" / f"m{i}.py").write_text(f"VALUE = {i}\n" * 200)
+    env = InProcessEnvironment(manager)
+    opened = await asyncio.gather(*(env.create_session("t", str(repo)) for _ in range(8)))
+    for session in opened:
+        [listing] = await env.execute(session.session_id, [shell("ls pkg | wc -l")])
+        assert printed(listing).strip() == "42"  # __init__, calc and the 40 modules
+    assert len(list(manager.store.bases.iterdir())) == 1  # one base, no staging left behind
+
+
 async def test_fork_starts_from_the_parents_state_and_diverges(manager, repo):
     env = InProcessEnvironment(manager)
     parent = (await env.create_session("t", str(repo))).session_id
