@@ -171,6 +171,10 @@ class TrainerConfig(_Part):
     policy_token_logits: bool = True
     """Compute the output layer only at the tokens the policy sampled (prompt and tool
     results need no logits): far less memory and time with a large vocabulary."""
+    shared_prefix: bool = True
+    """Run the prompt a micro-batch's rows share (a GRPO group's) once, and only each
+    completion after it; the same logprobs and gradients. Implies `policy_token_logits`.
+    Groups stay whole in a micro-batch when `micro_batch` is a multiple of the group size."""
     checkpoint_every: int = Field(default=1, ge=1, le=10_000_000)
     keep_checkpoints: int = Field(default=2, ge=1, le=10_000)
     loss: LossSettings = LossSettings()

@@ -9,7 +9,7 @@ V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -93,12 +93,29 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = nn.Identity()
 
-    def forward(self, x_BTD, rope, layer: int, cache: CacheBatch | None) -> torch.Tensor:
+    def forward(
+        self, x_BTD, rope, layer: int, cache: CacheBatch | None, prefix: SharedPrefix | None
+    ) -> torch.Tensor:
         B, T, _ = x_BTD.shape
         q = self.q_norm(self.q_proj(x_BTD).view(B, T, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x_BTD).view(B, T, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x_BTD).view(B, T, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        if prefix is not None and prefix.recording:
+            prefix.keys.append(k)
+            prefix.values.append(v)
+        elif prefix is not None:  # every sequence continues the one shared prefix
+            P = prefix.length
+            k = torch.cat((prefix.keys[layer].to(k.dtype).expand(B, P, -1, -1), k), dim=1)
+            v = torch.cat((prefix.values[layer].to(v.dtype).expand(B, P, -1, -1), v), dim=1)
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                attn_mask=prefix.mask(T, q.device),
+                enable_gqa=True,
+            )
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
         if cache is None:
             out = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
@@ -132,8 +149,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, rope, cache: CacheBatch | None) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, self.index, cache)
+    def forward(self, x, rope, cache: CacheBatch | None, prefix: SharedPrefix | None = None):
+        x = x + self.self_attn(self.input_layernorm(x), rope, self.index, cache, prefix)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -148,6 +165,26 @@ class Backbone(nn.Module):
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(config)
+
+
+@dataclass(slots=True)
+class SharedPrefix:
+    """The keys and values, per layer, of a prefix several sequences share (a GRPO group's
+    prompt): `Transformer.forward_prefix` runs it once, and a forward given it runs only what
+    follows, each sequence attending to the prefix and causally to itself. Differentiable:
+    gradients reach the layers that computed the prefix's keys and values, once."""
+
+    length: int
+    keys: list[torch.Tensor] = field(default_factory=list)
+    """[1, P, K, Dh] per layer, after RoPE."""
+    values: list[torch.Tensor] = field(default_factory=list)
+    recording: bool = True
+    """Set while `forward_prefix` fills it."""
+
+    def mask(self, T: int, device: torch.device) -> torch.Tensor:
+        """[T, P + T]: query t sees the whole prefix and the sequence up to itself."""
+        keys = torch.arange(self.length + T, device=device)
+        return keys[None, :] <= (self.length + torch.arange(T, device=device))[:, None]
 
 
 @dataclass(slots=True)
@@ -173,23 +210,38 @@ class Transformer(nn.Module):
         *,
         cache: CacheBatch | None = None,
         logits_at: torch.Tensor | None = None,
+        prefix: SharedPrefix | None = None,
     ) -> ForwardOutput:
         """Without a cache: a causal forward over whole sequences (training, scoring). With
-        one: new tokens attend to the cached prefix. `logits_at` indexes the flattened
-        [B*T] positions whose logits are wanted (a sampler wants one per sequence)."""
+        one: new tokens attend to the cached prefix. With a `prefix`: the sequences continue
+        that shared prefix (training a group of completions of one prompt). `logits_at`
+        indexes the flattened [B*T] positions whose logits are wanted (a sampler wants one
+        per sequence)."""
         B, T = tokens_BT.shape
-        h = self.model.embed_tokens(tokens_BT)
-        if cache is None:
-            positions = torch.arange(T, device=tokens_BT.device).expand(B, T)
-        else:
-            positions = cache.positions
-        rope = self.model.rotary(positions, h.dtype)
-        for layer in self.model.layers:
-            h = layer(h, rope, cache)
-        h = self.model.norm(h)
+        h = self._hidden(tokens_BT, cache, prefix)
         if logits_at is not None:
             h = h.reshape(B * T, -1)[logits_at]
         return ForwardOutput(self.lm_head(h), self._aux_loss())
+
+    def forward_prefix(self, tokens_1P: torch.Tensor) -> SharedPrefix:
+        """Run a prefix shared by several sequences (one row) once; see `SharedPrefix`."""
+        prefix = SharedPrefix(tokens_1P.shape[1])
+        self._hidden(tokens_1P, None, prefix)
+        prefix.recording = False
+        return prefix
+
+    def _hidden(self, tokens_BT, cache: CacheBatch | None, prefix: SharedPrefix | None):
+        B, T = tokens_BT.shape
+        h = self.model.embed_tokens(tokens_BT)
+        if cache is not None:
+            positions = cache.positions
+        else:
+            start = 0 if prefix is None or prefix.recording else prefix.length
+            positions = torch.arange(start, start + T, device=tokens_BT.device).expand(B, T)
+        rope = self.model.rotary(positions, h.dtype)
+        for layer in self.model.layers:
+            h = layer(h, rope, cache, prefix)
+        return self.model.norm(h)
 
     def _aux_loss(self) -> torch.Tensor | None:
         if not self.training:

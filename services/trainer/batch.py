@@ -46,32 +46,56 @@ def collate(trajectories: list[Trajectory], pad_id: int = 0) -> Batch:
 
 
 def token_logprobs(
-    model: Transformer, batch: Batch, *, policy_tokens_only: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    model: Transformer, batch: Batch, *, policy_tokens_only: bool = False,
+    shared_prefix: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """log π(target | prefix) for every column, differentiable, and the model's MoE
     load-balancing loss (when training). Computed in fp32 whatever the model's dtype.
 
     `policy_tokens_only`: the output layer runs only where the mask is 1 and other columns
     hold 0. The prompt and tool results need no logits, and with a 49k vocabulary the full
-    [B, T, V] logits (and their log-softmax) are most of a step's memory."""
-    if policy_tokens_only:
-        logprobs_N, _, aux = _masked_logprobs(model, batch, entropy=False)
+    [B, T, V] logits (and their log-softmax) are most of a step's memory.
+
+    `shared_prefix`: the leading columns every row has in common and that hold no policy
+    token (a GRPO group's prompt) run once, not once per row (`shared_prefix_length`);
+    their columns hold 0 (`policy_tokens_only` is implied)."""
+    if policy_tokens_only or shared_prefix:
+        logprobs_N, _, aux = _masked_logprobs(model, batch, entropy=False, shared=shared_prefix)
         return _scatter(logprobs_N, batch), aux
     logprobs_BTV, aux = _vocab_logprobs(model, batch)
     return _gather(logprobs_BTV, batch), aux
 
 
 def token_logprobs_and_entropy(
-    model: Transformer, batch: Batch, *, policy_tokens_only: bool = False
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    model: Transformer, batch: Batch, *, policy_tokens_only: bool = False,
+    shared_prefix: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """`token_logprobs` plus the entropy of the policy's distribution at every column, from
     the same forward pass (0 at the columns `policy_tokens_only` leaves out)."""
-    if policy_tokens_only:
-        logprobs_N, entropy_N, aux = _masked_logprobs(model, batch, entropy=True)
+    if policy_tokens_only or shared_prefix:
+        logprobs_N, entropy_N, aux = _masked_logprobs(
+            model, batch, entropy=True, shared=shared_prefix
+        )
         return _scatter(logprobs_N, batch), _scatter(entropy_N, batch), aux
     logprobs_BTV, aux = _vocab_logprobs(model, batch)
     entropy_BT = -(logprobs_BTV.exp() * logprobs_BTV).sum(-1)
     return _gather(logprobs_BTV, batch), entropy_BT, aux
+
+
+# Below this many shared columns a separate prefix pass costs more than it saves.
+MIN_SHARED_PREFIX = 16
+
+
+def shared_prefix_length(batch: Batch) -> int:
+    """How many leading columns every row has in common with no policy token among their
+    targets: those inputs can run once for the whole batch. 0 for a single row."""
+    B, T = batch.inputs_BT.shape
+    if B < 2:
+        return 0
+    differs_T = (batch.inputs_BT != batch.inputs_BT[:1]).any(0)
+    trained_T = batch.mask_BT.bool().any(0)
+    stops = (differs_T | trained_T).nonzero()
+    return int(stops[0]) if len(stops) else T - 1  # keep a column to run
 
 
 def _vocab_logprobs(model: Transformer, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -79,10 +103,18 @@ def _vocab_logprobs(model: Transformer, batch: Batch) -> tuple[torch.Tensor, tor
     return out.logits.float().log_softmax(-1), out.aux_loss
 
 
-def _masked_logprobs(model: Transformer, batch: Batch, *, entropy: bool):
+def _masked_logprobs(model: Transformer, batch: Batch, *, entropy: bool, shared: bool = False):
     """Logprobs of the targets (and entropies) at the N columns with mask 1, as [N]."""
     at_N = batch.mask_BT.reshape(-1).nonzero().squeeze(-1)
-    out = model(batch.inputs_BT, logits_at=at_N)
+    P = shared_prefix_length(batch) if shared else 0
+    if P >= MIN_SHARED_PREFIX:
+        T = batch.inputs_BT.shape[1]
+        prefix = model.forward_prefix(batch.inputs_BT[:1, :P])
+        rows, columns = at_N // T, at_N % T  # every trained column lies beyond the prefix
+        at_suffix_N = rows * (T - P) + columns - P
+        out = model(batch.inputs_BT[:, P:], logits_at=at_suffix_N, prefix=prefix)
+    else:
+        out = model(batch.inputs_BT, logits_at=at_N)
     logprobs_NV = out.logits.float().log_softmax(-1)
     targets_N = batch.targets_BT.reshape(-1)[at_N]
     chosen_N = logprobs_NV.gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)

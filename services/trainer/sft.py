@@ -265,7 +265,8 @@ def nll_loss(model: Transformer, trajectories: list[Trajectory]) -> tuple[torch.
     """Mean NLL per demonstrated token (mask 1) and the number of those tokens; the output
     layer runs only at those tokens."""
     batch = collate(trajectories)
-    logprobs, aux = token_logprobs(model, batch, policy_tokens_only=True)
+    # Demonstrations of one batch share at least the system prompt: it runs once.
+    logprobs, aux = token_logprobs(model, batch, shared_prefix=True)
     tokens = batch.mask_BT.sum().clamp(min=1)
     loss = -(logprobs * batch.mask_BT).sum() / tokens
     return loss + (AUX_LOSS_COEF * aux if aux is not None else 0.0), int(tokens)
@@ -279,7 +280,7 @@ def held_out_nll(model: Transformer, trajectories: list[Trajectory]) -> tuple[fl
     total, tokens = 0.0, 0
     for start in range(0, len(trajectories), HELD_OUT_BATCH):
         batch = collate(trajectories[start : start + HELD_OUT_BATCH])
-        logprobs, _ = token_logprobs(model, batch, policy_tokens_only=True)
+        logprobs, _ = token_logprobs(model, batch, shared_prefix=True)
         total -= float((logprobs * batch.mask_BT).sum())
         tokens += int(batch.mask_BT.sum())
     model.train(was_training)

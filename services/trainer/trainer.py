@@ -109,8 +109,9 @@ class PolicyTrainer:
                 continue
             with autocast(self.config.autocast):
                 logprobs, entropy_BT, aux = token_logprobs_and_entropy(
-                    self.model, micro, policy_tokens_only=self.config.policy_token_logits
-                )
+                    self.model, micro, policy_tokens_only=self.config.policy_token_logits,
+                    shared_prefix=self.config.shared_prefix,
+                )  # fmt: skip
             reference = self._reference_logprobs(micro)
             policy, stats = policy_loss(
                 logprobs, micro.behaviour_logprobs_BT, advantages_B[rows], micro.mask_BT,
@@ -150,6 +151,9 @@ class PolicyTrainer:
     def _reference_logprobs(self, micro: Batch) -> torch.Tensor | None:
         if self.reference is None or not self.config.loss.kl_coef:
             return None
-        only = self.config.policy_token_logits
-        with autocast(self.config.autocast):
-            return token_logprobs(self.reference, micro, policy_tokens_only=only)[0]
+        c = self.config
+        with autocast(c.autocast):
+            return token_logprobs(
+                self.reference, micro, policy_tokens_only=c.policy_token_logits,
+                shared_prefix=c.shared_prefix,
+            )[0]  # fmt: skip

@@ -13,7 +13,7 @@ from etude.inference.torch_backend import TorchBackend
 from etude.model.checkpoint import build_model
 from etude.model.tokenizer import load_tokenizer
 from etude.rollout.trajectory import TrajectoryBuilder
-from etude.trainer.batch import collate, token_logprobs
+from etude.trainer.batch import collate, shared_prefix_length, token_logprobs
 from etude.trainer.loss import group_advantages, policy_loss
 from tests.inference.completions import run_request
 from tests.inference.conftest import small_moe_config
@@ -66,3 +66,52 @@ async def test_trainer_logprobs_match_the_behaviour_logprobs_on_the_same_weights
     (loss + 0.001 * aux).backward()
     assert stats.mismatch_kl < 1e-6  # same weights, same numerics
     assert model.lm_head.weight.grad is not None
+
+
+def _group(prompt: list[int], completions: list[list[int]]) -> list[Trajectory]:
+    """A GRPO group: one prompt, several sampled completions of different lengths."""
+    request = RolloutRequest(run_id="r", task_id="t", group_id="g", sample_index=0,
+                             min_policy_version=0)  # fmt: skip
+    group = []
+    for i, completion in enumerate(completions):
+        builder = TrajectoryBuilder(request)
+        builder.add_context(prompt)
+        builder.add_sampled(completion, [-1.0] * len(completion), [0] * len(completion))
+        builder.end_turn([], seconds=0.0)
+        builder.add_context([5, 6])  # a tool result, then the policy again
+        builder.add_sampled(completion[:2], [-1.0, -1.0], [0, 0])
+        group.append(builder.finish(reward=float(i % 2), components={}, reason="submitted"))
+    return group
+
+
+def test_a_groups_shared_prompt_runs_once_with_the_same_logprobs_and_gradients():
+    """The trainer runs a group's prompt once and its completions after it: the logprobs and
+    the gradients must be those of the full forward, for the MoE and the Llama layouts."""
+    from tests.model.test_llama import llama_config
+
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(10, 200, (40,), generator=generator).tolist()
+    completions = [torch.randint(10, 200, (n,), generator=generator).tolist() for n in (7, 3, 11)]
+    batch = collate(_group(prompt, completions))
+    assert shared_prefix_length(batch) == len(prompt) - 1  # the prompt's inputs, no target
+    for config in (small_moe_config(256), llama_config(vocab_size=256)):
+        model = build_model(config, seed=3).train()
+        grads = []
+        for shared in (False, True):
+            model.zero_grad()
+            logprobs, _ = token_logprobs(
+                model, batch, policy_tokens_only=True, shared_prefix=shared
+            )
+            (logprobs * batch.mask_BT).sum().backward()
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+            if not shared:
+                full = logprobs.detach()
+        assert torch.allclose(logprobs.detach(), full, atol=1e-5, rtol=0)
+        assert (logprobs.detach()[batch.mask_BT == 0] == 0).all()
+        for name, grad in grads[0].items():
+            assert torch.allclose(grads[1][name], grad, atol=1e-5, rtol=1e-4), name
+
+
+def test_rows_with_nothing_in_common_run_whole():
+    batch = collate(_group([1, 2, 3], [[7, 8, 9]]) + _group([4, 2, 3], [[7, 8]]))
+    assert shared_prefix_length(batch) == 0

@@ -6,28 +6,24 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
 
-from etude.cli.stack import LocalStack, ServiceSpec
-from etude.cli.status import read_status
 from etude.common.processes import pid_alive
-from etude.common.run_config import RunConfig, parse_run_config
-from etude.common.runs import RunRegistry
-from etude.common.settings import EtudeSettings, QueueSettings, StackSettings
+from etude.common.run_config import parse_run_config
+from etude.common.settings import QueueSettings
 from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained
 from etude.rollout.orchestrator import Orchestrator, TaskCycle
 from etude.rollout.streams import rollout_queue, rollout_stream, trajectory_queue
 from etude.trainer import checkpoint
-from etude.trainer.run import Endpoints, TrainingRun
+from etude.trainer.run import TrainingRun
 from etude.trainer.taskset import load_taskset
 from etude.trainer.trainer import PolicyTrainer
+from tests.trainer.conftest import endpoints, register, worker_spec
 
 pytestmark = pytest.mark.integration
 
@@ -40,37 +36,6 @@ LOOP_CONFIG = {
                 "max_new_tokens": 32, "max_episode_tokens": 1800, "concurrency": 4},
     "trainer": {"steps": 2, "lr": 1e-4, "micro_batch": 2, "keep_checkpoints": 3},
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    run_dir = tmp_path_factory.mktemp("rl-stack")
-    settings = EtudeSettings(stack=StackSettings(run_dir=run_dir, ready_timeout_seconds=60))
-    services = tuple(ServiceSpec.module(n) for n in ("inference", "environment", "reward"))
-    local = LocalStack(settings, services)
-    local.start()
-    yield local
-    local.stop()
-
-
-def endpoints(stack: LocalStack) -> Endpoints:
-    status = read_status(stack.run_dir)
-    address = {c.name: c.address for c in status.components}
-    return Endpoints(status.redis_url, (address["inference"],), address["environment"],
-                     address["reward"])  # fmt: skip
-
-
-def worker_spec(name: str, run_id: str, **env: str) -> ServiceSpec:
-    extra = {"ETUDE_ROLLOUT__RUN_ID": run_id, "ETUDE_ROLLOUT__CONSUMER": name, **env}
-    return ServiceSpec(name, (sys.executable, "-m", "etude.rollout"), env=tuple(extra.items()))
-
-
-async def register(redis_url: str, config: RunConfig) -> str:
-    client = aioredis.Redis.from_url(redis_url)
-    try:
-        return (await RunRegistry(client).create(config)).run_id
-    finally:
-        await client.aclose()
 
 
 async def test_two_tasks_two_rollouts_two_steps_and_an_exact_resume(stack, tmp_path):
