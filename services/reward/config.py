@@ -8,12 +8,13 @@ from pydantic import Field
 
 from etude.common.settings import EtudeSettings, Section
 from etude.environment.config import EnvironmentConfig
-from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE
+from etude.tasks.materialize import BUNDLED_TASK_FILES, PROJECTS_DIR
 
 
 class RewardConfig(Section):
-    tasks_files: tuple[Path, ...] = (TASKS_FILE,)
-    """JSONL files of the tasks this service grades (the bundled etude-mini set by default)."""
+    tasks_files: tuple[Path, ...] = BUNDLED_TASK_FILES
+    """JSONL files of the tasks this service grades (by default the bundled sets, etude-mini
+    and etude-locate)."""
     projects_dir: Path = PROJECTS_DIR
     """Where the projects of `etude-mini/<name>` tasks live."""
     cache_dir: Path | None = None

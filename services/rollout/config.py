@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field
 
 from etude.common.settings import EtudeSettings, Section
-from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE
+from etude.tasks.materialize import BUNDLED_TASK_FILES, PROJECTS_DIR
 
 
 class RolloutServiceConfig(Section):
@@ -17,8 +17,8 @@ class RolloutServiceConfig(Section):
     registry in Redis (written by `etude train` or the gateway)."""
     consumer: str = ""
     """This worker's name in the rollout consumer group; unset: `<hostname>-<pid>`."""
-    tasks_files: tuple[Path, ...] = (TASKS_FILE,)
-    """JSONL files of the tasks rollouts may name."""
+    tasks_files: tuple[Path, ...] = BUNDLED_TASK_FILES
+    """JSONL files of the tasks rollouts may name (by default the bundled sets)."""
     projects_dir: Path = PROJECTS_DIR
     """Where the projects of `etude-mini/<name>` tasks live."""
     cache_dir: Path | None = None

@@ -128,6 +128,11 @@ class ScriptedSolver:
         self._semantic_tried = False
 
     @property
+    def label(self) -> str:
+        """How it works (its style), as demonstrations record it."""
+        return self.style.label
+
+    @property
     def done(self) -> bool:
         """True once the turn that submits has been played."""
         return self._turns > 0 and any(c.name == "submit" for c in self._pending)

@@ -117,7 +117,10 @@ def at_tier(task: Task, tier: int) -> Task:
 
 
 def hint_problem(task: Task, tier: int) -> str:
-    """Why the task cannot be shown at `tier` ("" when it can)."""
+    """Why the task cannot be shown at `tier` ("" when it can). A task written at a tier
+    (its instruction holds that tier's hints, as etude-locate's do) is shown as it is."""
+    if tier and task.metadata.get("hint_tier", 0) == tier:
+        return ""
     try:
         instruction_at_tier(task, tier)
     except HintError as error:

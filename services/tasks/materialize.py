@@ -15,6 +15,10 @@ from etude.tasks.task import Task
 BUNDLED_PREFIX = "etude-mini/"
 PROJECTS_DIR = Path(__file__).resolve().parent / "etude_mini" / "projects"
 TASKS_FILE = Path(__file__).resolve().parent / "etude_mini" / "tasks.jsonl"
+LOCATE_TASKS_FILE = Path(__file__).resolve().parent / "etude_locate" / "tasks.jsonl"
+"""etude-locate (etude.tasks.locate), on the same projects."""
+BUNDLED_TASK_FILES = (TASKS_FILE, LOCATE_TASKS_FILE)
+"""What the reward service and the rollout workers know without configuration."""
 # The projects held out of training (their tasks, their search queries), to measure
 # generalization.
 HELD_OUT_PROJECTS = frozenset({"urlroute", "throttle"})

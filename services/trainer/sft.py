@@ -38,6 +38,8 @@ from etude.rollout.agent import EpisodeRunner, Tokenizer
 from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver, ScriptError
 from etude.rollout.scripted_honesty import derivable_violations, episode_from_text
+from etude.rollout.scripted_locate import LocateSolver
+from etude.tasks.locate import is_locate
 from etude.tasks.task import Task
 from etude.trainer.batch import collate, token_logprobs
 from etude.trainer.freezing import train_last_layers
@@ -141,9 +143,11 @@ async def collect_demonstrations(
         async with gate:
             try:
                 repository = await asyncio.to_thread(runner.repository_for, task)
-                solver = ScriptedSolver(
-                    task, repository, tier=tier, variant=variant,
-                    shown_chars=limits.max_tool_output_chars,
+                solver = (
+                    LocateSolver(task) if is_locate(task) else ScriptedSolver(
+                        task, repository, tier=tier, variant=variant,
+                        shown_chars=limits.max_tool_output_chars,
+                    )
                 )  # fmt: skip
             except ScriptError as error:
                 log.info("no demonstration of %s at tier %d: %s", task.id, tier, error)
@@ -183,7 +187,7 @@ async def collect_demonstrations(
         c.kept += 1
         c.turns.append(trajectory.turns)
         c.tokens.append(len(trajectory.token_ids))
-        return Demonstration(task.id, tier, variant, solver.style.label, trajectory)
+        return Demonstration(task.id, tier, variant, solver.label, trajectory)
 
     jobs = [
         demonstrate(index, task, tier, variant)
