@@ -8,7 +8,8 @@ and the names each defines at the top level, the repository holds a file `ANSWER
 reading `unknown`, and the agent replaces that with the path of the module that defines NAME
 (edit_file), then submits. A hidden test reads `ANSWER.txt`. A policy that has learned the
 format but not the lookup picks one of the listed paths, so rewards start between 0 and 1
-and RL has something to compare: this is what the learning guard trains on.
+and RL has something to compare, which is what a quick learning check of a small policy
+needs.
 
 The tasks are written at hint tier 3 (the instruction holds everything, the episode is one
 turn: edit, submit) from the bundled etude-mini projects, and keep their split: held-out
