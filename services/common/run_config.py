@@ -124,6 +124,10 @@ class RolloutConfig(_Part):
     """An episode still running after this long ends with finish reason `timeout`."""
     temperature: float = Field(default=1.0, ge=0, le=100.0)
     top_p: float = Field(default=1.0, gt=0, le=1)
+    seed: Seed = 0
+    """Sampling: a completion's random numbers follow from this, its group and its index, not
+    from the run id, so two runs of one config draw the same tokens wherever their policies
+    agree (a control run with `trainer.lr: 0` is compared step by step, not by chance)."""
     workers: int = Field(default=1, ge=1, le=4096)
     """Rollout worker processes (or Ray actors)."""
     concurrency: int = Field(default=8, ge=1, le=4096)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import zlib
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -25,7 +24,7 @@ from etude.rollout.agent import EpisodeLimits, EpisodeRunner
 from etude.rollout.config import RolloutSettings
 from etude.rollout.repositories import RepositoryCache
 from etude.rollout.samplers import PolicySampler
-from etude.rollout.streams import rollout_key, rollout_queue, trajectory_queue
+from etude.rollout.streams import rollout_key, rollout_queue, sampling_seed, trajectory_queue
 from etude.rollout.worker import RolloutWorker
 
 
@@ -80,7 +79,7 @@ async def build_worker(
         return PolicySampler(
             inference, tokenizer, request_id=f"{key}-{os.getpid()}",
             temperature=run.rollout.temperature, top_p=run.rollout.top_p,
-            seed=zlib.crc32(key.encode()),
+            seed=sampling_seed(run.rollout.seed, request),
         )  # fmt: skip
 
     async def policy_version() -> int:
