@@ -11,7 +11,7 @@ token of another role.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import cache
 from pathlib import Path
@@ -32,7 +32,7 @@ from etude.common.settings import get_settings
 from etude.gateway.launcher import Launcher
 from etude.gateway.metrics import REQUEST_SECONDS, REQUESTS
 from etude.gateway.validation import StrictJSONRoute, confine_run_paths, gateway_run_dir
-from etude.tasks.materialize import HELD_OUT_PROJECTS, TASKS_FILE
+from etude.tasks.materialize import BUNDLED_TASKSETS, HELD_OUT_PROJECTS
 from etude.tasks.task import read_jsonl
 
 
@@ -90,11 +90,10 @@ class Problem(BaseModel):
 
 
 @cache
-def _bundled_tasksets(tasks_file: Path) -> tuple[TaskSet, ...]:
+def _taskset(name: str, tasks_file: Path) -> TaskSet:
     tasks = list(read_jsonl(tasks_file))
     held_out = sum(t.metadata.get("project") in HELD_OUT_PROJECTS for t in tasks)
-    return (TaskSet(name="etude-mini", tasks=len(tasks), train=len(tasks) - held_out,
-                    held_out=held_out),)  # fmt: skip
+    return TaskSet(name=name, tasks=len(tasks), train=len(tasks) - held_out, held_out=held_out)
 
 
 class RequestMetrics:
@@ -159,7 +158,7 @@ def create_app(
     launcher: Launcher,
     *,
     prefix: str = "etude",
-    tasks_file: Path = TASKS_FILE,
+    task_sets: Mapping[str, Path] = BUNDLED_TASKSETS,
     redis_timeout_seconds: float = 2.0,
     verifier: Verifier | None = None,
 ) -> FastAPI:
@@ -260,6 +259,6 @@ def create_app(
     @app.get("/tasksets", responses=DENIED, dependencies=guarded)
     async def tasksets() -> list[TaskSet]:
         """The bundled task sets and how their tasks divide into train and held out."""
-        return list(_bundled_tasksets(tasks_file))
+        return [_taskset(name, path) for name, path in task_sets.items()]
 
     return app

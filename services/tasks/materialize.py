@@ -17,7 +17,9 @@ PROJECTS_DIR = Path(__file__).resolve().parent / "etude_mini" / "projects"
 TASKS_FILE = Path(__file__).resolve().parent / "etude_mini" / "tasks.jsonl"
 LOCATE_TASKS_FILE = Path(__file__).resolve().parent / "etude_locate" / "tasks.jsonl"
 """etude-locate (etude.tasks.locate), on the same projects."""
-BUNDLED_TASK_FILES = (TASKS_FILE, LOCATE_TASKS_FILE)
+BUNDLED_TASKSETS = {"etude-mini": TASKS_FILE, "etude-locate": LOCATE_TASKS_FILE}
+"""The task sets a run config names (`tasks.taskset`) without a path."""
+BUNDLED_TASK_FILES = tuple(BUNDLED_TASKSETS.values())
 """What the reward service and the rollout workers know without configuration."""
 # The projects held out of training (their tasks, their search queries), to measure
 # generalization.

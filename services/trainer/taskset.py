@@ -16,12 +16,10 @@ from pathlib import Path
 from etude.common.run_config import TasksConfig
 from etude.tasks.draw import round_robin
 from etude.tasks.hints import hint_problem
-from etude.tasks.materialize import LOCATE_TASKS_FILE, TASKS_FILE
+from etude.tasks.materialize import BUNDLED_TASKSETS
 from etude.tasks.task import Task, read_jsonl
 
 log = logging.getLogger(__name__)
-
-BUNDLED_TASKSETS = {"etude-mini": TASKS_FILE, "etude-locate": LOCATE_TASKS_FILE}
 
 
 def taskset_path(name: str) -> Path:
