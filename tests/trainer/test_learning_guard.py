@@ -46,9 +46,12 @@ GUARD_RUN = {
     "trainer": {"steps": 6, "lr": 1e-4, "micro_batch": 8, "checkpoint_every": 100,
                 "loss": {"aux_loss_coef": 0.0}},
 }  # fmt: skip
-MARGIN = 0.15
-"""Measured on 2 cores: 0.85 against 0.67 over steps 4–6 (learning 0.75 0.50 0.69 1.00 0.75
-0.81; control 0.75 0.50 0.56 0.63 0.69 0.69)."""
+MARGIN = 0.10
+"""Midway between a loop that learns and one that does not, measured on 2 cores: over steps
+4–6 the learning run earned 0.85 against the control's 0.67 (learning 0.75 0.50 0.69 1.00
+0.75 0.81; control 0.75 0.50 0.56 0.63 0.69 0.69), and 0.69 with the loss mask inverted.
+Another host rounds floats differently and follows another trajectory; the margin leaves
+room for that."""
 
 
 async def train(stack, tmp_path, lr: float) -> list[float]:
