@@ -17,11 +17,12 @@ The MoE's load-balancing loss is off for RL: at its default weight (0.01 × a lo
 is an order of magnitude above the policy loss of a GRPO step on this policy, and a run
 with it (ten tasks) fell from 0.31 to 0.06 in five steps.
 
-What makes the learning run better is the whole loop working: the advantages (a flipped sign
-unlearns), the loss mask (training the prompt instead of the policy's tokens changes nothing
-the policy samples; with the mask inverted the learning run earned no more than its control),
-the alignment of logprobs with their tokens, and the weight sync (an inference service that
-keeps the old weights samples like the control). Break any of them and this test fails.
+What makes the learning run better is the whole loop working: the advantages (with their
+sign flipped the learning run fell to 0 by step 4), the loss mask (training the prompt
+instead of the policy's tokens changes nothing the policy samples; with the mask inverted
+the learning run earned no more than its control), the alignment of logprobs with their
+tokens, and the weight sync (an inference service that keeps the old weights samples
+exactly the control's tokens). Break any of them and this test fails.
 """
 
 from __future__ import annotations
