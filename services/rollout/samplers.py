@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from etude.common.payloads import RolloutRequest
 from etude.environment.batch import ExecutedCall
 from etude.inference.backend import CompletionDelta, GenerationRequest, SamplingParams
 from etude.rollout.agent import SampledTurn, Tokenizer
@@ -19,6 +21,12 @@ class Generator(Protocol):
     """The inference client (GrpcInference) or an in-process backend."""
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]: ...
+
+
+def sampling_seed(seed: int, request: RolloutRequest) -> int:
+    """The random seed of one completion: the run config's `rollout.seed`, its group and its
+    index (the group ids of a run follow from its config, so the same config samples alike)."""
+    return zlib.crc32(f"{seed}:{request.group_id}:{request.sample_index}".encode())
 
 
 class PolicySampler:

@@ -23,8 +23,8 @@ from etude.reward.store import TaskStore
 from etude.rollout.agent import EpisodeLimits, EpisodeRunner
 from etude.rollout.config import RolloutSettings
 from etude.rollout.repositories import RepositoryCache
-from etude.rollout.samplers import PolicySampler
-from etude.rollout.streams import rollout_key, rollout_queue, sampling_seed, trajectory_queue
+from etude.rollout.samplers import PolicySampler, sampling_seed
+from etude.rollout.streams import rollout_key, rollout_queue, trajectory_queue
 from etude.rollout.worker import RolloutWorker
 
 

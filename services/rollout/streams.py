@@ -3,8 +3,6 @@ workers) and trajectories (rollout workers → trainer)."""
 
 from __future__ import annotations
 
-import zlib
-
 import redis.asyncio as aioredis
 
 from etude.common.payloads import RolloutRequest, Trajectory
@@ -27,12 +25,6 @@ def rollout_key(request: RolloutRequest) -> str:
     """Identifies one rollout across retries: the idempotency key of its entry and of its
     trajectory."""
     return f"{request.run_id}:{request.group_id}:{request.sample_index}"
-
-
-def sampling_seed(seed: int, request: RolloutRequest) -> int:
-    """The random seed of one completion: the run config's `rollout.seed`, its group and its
-    index (the group ids of a run follow from its config, so the same config samples alike)."""
-    return zlib.crc32(f"{seed}:{request.group_id}:{request.sample_index}".encode())
 
 
 def rollout_queue(

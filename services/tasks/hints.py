@@ -84,6 +84,8 @@ def instruction_at_tier(task: Task, tier: int) -> str:
     if tier not in HINT_TIERS:
         raise HintError(f"hint tier {tier} is not one of {HINT_TIERS}")
     if current := task.metadata.get("hint_tier", 0):  # its instruction holds hints already
+        if current == tier:  # written at this tier (etude-locate's tasks are)
+            return task.instruction
         raise HintError(f"task {task.id} is at hint tier {current} already, not {tier}")
     if tier == 0:
         return task.instruction
@@ -117,10 +119,7 @@ def at_tier(task: Task, tier: int) -> Task:
 
 
 def hint_problem(task: Task, tier: int) -> str:
-    """Why the task cannot be shown at `tier` ("" when it can). A task written at a tier
-    (its instruction holds that tier's hints, as etude-locate's do) is shown as it is."""
-    if tier and task.metadata.get("hint_tier", 0) == tier:
-        return ""
+    """Why the task cannot be shown at `tier` ("" when it can)."""
     try:
         instruction_at_tier(task, tier)
     except HintError as error:

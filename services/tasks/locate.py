@@ -35,7 +35,8 @@ from etude.tasks.repo import unified_diff
 from etude.tasks.synth.synthesize import SUITE_COMMAND, Project, load_project
 from etude.tasks.task import Task, write_jsonl
 
-TASKS_FILE = LOCATE_TASKS_FILE
+SOURCE = "etude-locate"
+"""`metadata.source` of these tasks, which is how a solver or a run tells them apart."""
 ANSWER_FILE = "ANSWER.txt"
 PLACEHOLDER = "unknown"
 ANSWER_TEST = "tests/test_answer.py"
@@ -109,7 +110,7 @@ def project_tasks(project: Project, *, per_project: int = PER_PROJECT, seed: int
             test_command=SUITE_COMMAND,
             gold_patch=unified_diff(ANSWER_FILE, f"{PLACEHOLDER}\n", f"{path}\n"),
             metadata={
-                "source": "etude-locate", "family": "locate", "project": project.name,
+                "source": SOURCE, "project": project.name,
                 "project_hash": project.hash, "bug_patch": bug_patch, "split": split,
                 "hint_tier": 3, "name": name, "answer": path, "seed": seed,
             },
@@ -128,11 +129,11 @@ def locate_tasks(
 
 
 def is_locate(task: Task) -> bool:
-    return task.metadata.get("family") == "locate"
+    return task.metadata.get("source") == SOURCE
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else TASKS_FILE
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else LOCATE_TASKS_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
     tasks = locate_tasks()
     write_jsonl(out, tasks)

@@ -23,7 +23,7 @@ from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
 from etude.reward.store import TaskStore
-from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE
+from etude.tasks.materialize import LOCATE_TASKS_FILE, PROJECTS_DIR, TASKS_FILE
 from etude.tasks.repo import unified_diff
 from etude.tasks.task import read_jsonl
 from tests.tasks.conftest import bwrap  # noqa: F401
@@ -31,6 +31,8 @@ from tests.tasks.conftest import bwrap  # noqa: F401
 pytestmark = pytest.mark.integration
 
 TASK = next(t for t in read_jsonl(TASKS_FILE) if t.metadata["project"] == "semverkit")
+# An etude-locate task of the same project: its hidden test has a path an agent can foresee.
+LOCATE_TASK = next(t for t in read_jsonl(LOCATE_TASKS_FILE) if t.metadata["project"] == "semverkit")
 PACKAGE = "semverkit"
 INIT = (PROJECTS_DIR / PACKAGE / PACKAGE / "__init__.py").read_text()
 HIDDEN_FILE = "tests/test_version.py"
@@ -188,7 +190,7 @@ FORGERIES = {
 def service(tmp_path_factory, bwrap) -> Iterator[str]:  # noqa: F811
     """A reward service on loopback, in a thread with its own event loop; its address."""
     cache = tmp_path_factory.mktemp("grader-cache")
-    config = RewardConfig(cache_dir=cache, timeout_seconds=15, tasks_files=(TASKS_FILE,))
+    config = RewardConfig(cache_dir=cache, timeout_seconds=15)  # the bundled task sets
     sandbox = EnvironmentConfig(processes=64)  # the sessions' settings reach grading
     grader = Grader(config, bwrap, sandbox)
     servicer = RewardServicer(grader, TaskStore(config.tasks_files), None)
@@ -205,10 +207,10 @@ def service(tmp_path_factory, bwrap) -> Iterator[str]:  # noqa: F811
         thread.join(10)
 
 
-async def score(address: str, patch: str) -> reward_pb2.ScoreResponse:
+async def score(address: str, patch: str, task_id: str = TASK.id) -> reward_pb2.ScoreResponse:
     async with open_channel(address, ClientSettings()) as channel:
         stub = reward_pb2_grpc.RewardServiceStub(channel)
-        request = reward_pb2.ScoreRequest(task_id=common_pb2.TaskId(value=TASK.id), patch=patch)
+        request = reward_pb2.ScoreRequest(task_id=common_pb2.TaskId(value=task_id), patch=patch)
         return await stub.Score(request, timeout=120)
 
 
@@ -247,6 +249,22 @@ async def test_forgeries_the_static_check_misses_are_caught_by_the_canaries(serv
         assert reply.components["tampered"] == 1.0 and "canary" in reply.error
     reply = await score(service, FORGERIES["forged records on every descriptor"])
     assert reply.components["tampered"] == 1.0 and "channel" in reply.error
+
+
+async def test_a_locate_answer_is_earned_only_by_the_right_path(service):
+    """etude-locate's hidden test is `tests/test_answer.py`, a path the instruction does not
+    name but an agent can guess: writing it (or a conftest) must not pass for the answer, and
+    the answer file is read as written, not as the agent's test would read it."""
+    task = LOCATE_TASK
+    own_test = added("tests/test_answer.py", "def test_answer():\n    pass\n")
+    reply = await score(service, own_test, task.id)
+    assert reply.reward == 0.0, reply.error
+    for name in ("root conftest forcing passed", "tests/ conftest forcing passed"):
+        reply = await score(service, FORGERIES[name], task.id)
+        assert reply.reward == 0.0, f"{name}: {reply.error}"
+    reply = await score(service, task.gold_patch, task.id)
+    assert reply.reward == 1.0, reply.error
+    await assert_gold_scores_one(service)  # and the service still grades
 
 
 async def test_runner_access_is_named_in_the_components(service):

@@ -10,13 +10,13 @@ from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.rollout.scripted_honesty import Episode, Step, derivable_violations
 from etude.rollout.scripted_locate import LocateSolver
-from etude.tasks.locate import ANSWER_FILE, PLACEHOLDER, TASKS_FILE, locate_tasks
-from etude.tasks.materialize import HELD_OUT_PROJECTS
+from etude.tasks.locate import ANSWER_FILE, PLACEHOLDER, locate_tasks
+from etude.tasks.materialize import HELD_OUT_PROJECTS, LOCATE_TASKS_FILE
 from etude.tasks.repo import unified_diff
 from etude.tasks.task import read_jsonl
 from etude.trainer.taskset import load_taskset
 
-BUNDLED = list(read_jsonl(TASKS_FILE))
+BUNDLED = list(read_jsonl(LOCATE_TASKS_FILE))
 
 
 def test_the_bundled_records_are_what_the_projects_give():

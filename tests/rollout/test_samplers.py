@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from etude.common.payloads import RolloutRequest
-from etude.rollout.streams import rollout_key, sampling_seed
+from etude.rollout.samplers import sampling_seed
+from etude.rollout.streams import rollout_key
 
 
 def _request(run_id: str, group_id: str = "g000000-t", index: int = 0) -> RolloutRequest:
