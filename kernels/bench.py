@@ -2,7 +2,7 @@
 grouped GEMM throughput against torch's bf16 GEMMs, at MoE shapes.
 
 On a GPU (CUDA): `quantize_gbps` is bytes moved (bf16 in, fp8 + scales out, rowwise and
-colwise from one read: `mode="dual"`) per second on a [tokens, hidden] activation;
+colwise in one launch: `mode="dual"`) per second on a [tokens, hidden] activation;
 `copy_gbps` is `torch.clone` of the same tensor (read + write). `gemm_tflops_*` is the
 forward of one expert-FFN-shaped GEMM over all tokens (M = tokens, K = hidden, N = FFN):
 MXFP8 (`mx_gemm`, each path) against `torch.mm` in bf16. `grouped_tflops_*` is the MoE
@@ -37,6 +37,9 @@ TOKENS = 16_384
 TOP_K = 8
 SHAPES = [(2048, 768), (4096, 1536)]  # (hidden, expert FFN)
 EXPERTS = [8, 32, 128]
+# A timed GEMM's bf16 output against the fp32 oracle: bf16 rounding alone caps the SQNR near
+# 50 dB, a wrong kernel scores near 0.
+MIN_SQNR_DB = 40.0
 
 
 def metric(value, unit, baseline=None, target=None) -> dict:
@@ -84,8 +87,17 @@ def cpu_checks() -> dict:
     return checks
 
 
-def grouped_tflops(a_hp: torch.Tensor, ffn: int, experts: int) -> tuple[float, float]:
-    """(MXFP8, bf16) TFLOP/s of the MoE forward's grouped GEMM on rows `a_hp`."""
+def checked_ms(run, oracle: torch.Tensor) -> tuple[float | None, float]:
+    """(median ms, SQNR dB) of `run`; the time only where its result matches the oracle: a
+    timed call that computes garbage is not a speed."""
+    from triton.testing import do_bench
+
+    quality = ref.sqnr_db(oracle, run().float())
+    return (do_bench(run) if quality >= MIN_SQNR_DB else None), quality
+
+
+def grouped_tflops(a_hp: torch.Tensor, ffn: int, experts: int, metrics: dict, tag: str) -> None:
+    """MXFP8 (each path) against bf16 TFLOP/s of the MoE forward's grouped GEMM on `a_hp`."""
     from triton.testing import do_bench
 
     rows, hidden = a_hp.shape
@@ -94,8 +106,29 @@ def grouped_tflops(a_hp: torch.Tensor, ffn: int, experts: int) -> tuple[float, f
     a, w = mx_quantize(a_hp), mx_quantize_experts(w_hp)
     flops = 2 * rows * hidden * ffn
     bf16_ms = do_bench(lambda: torch._grouped_mm(a_hp, w_hp.transpose(-2, -1), offs=offsets))
-    mx_ms = do_bench(lambda: mx_grouped_gemm(*a, *w, offsets))
-    return flops / mx_ms / 1e9, flops / bf16_ms / 1e9
+    bf16 = flops / bf16_ms / 1e9
+    metrics[f"grouped_tflops_bf16_{tag}"] = metric(bf16, "TFLOP/s")
+    oracle = ref.mx_grouped_gemm(a, w, offsets)
+    for path in PATHS:
+        ms, quality = timed_path(lambda path=path: mx_grouped_gemm(*a, *w, offsets, path=path),
+                                 oracle, f"mx_grouped_gemm {path} {tag}")  # fmt: skip
+        metrics[f"grouped_sqnr_db_{path}_{tag}"] = metric(quality, "dB", target=MIN_SQNR_DB)
+        if ms is not None:
+            metrics[f"grouped_tflops_mx_{path}_{tag}"] = metric(
+                flops / ms / 1e9, "TFLOP/s", baseline=bf16, target=0.9 * bf16
+            )
+
+
+def timed_path(run, oracle: torch.Tensor, name: str) -> tuple[float | None, float]:
+    """`checked_ms`, with a path the device cannot compile or run reported, not fatal."""
+    try:
+        ms, quality = checked_ms(run, oracle)
+    except Exception as error:
+        print(f"{name}: {error!r}")
+        return None, float("nan")
+    if ms is None:
+        print(f"{name}: wrong result ({quality:.1f} dB), not timed")
+    return ms, quality
 
 
 def gpu_benchmarks(quick: bool) -> dict:
@@ -108,10 +141,22 @@ def gpu_benchmarks(quick: bool) -> dict:
     metrics = {}
     x = torch.randn(tokens, shapes[-1][0], device=device, dtype=torch.bfloat16)
     moved = x.numel() * 2 + 2 * (x.numel() + x.numel() // 32)  # bf16 in; 2 × (fp8 + scales)
-    quantize_ms = do_bench(lambda: mx_quantize(x, mode="dual"))
-    copy_ms = do_bench(lambda: x.clone())
-    metrics["quantize_gbps"] = metric(moved / quantize_ms / 1e6, "GB/s")
-    metrics["copy_gbps"] = metric(2 * x.numel() * 2 / copy_ms / 1e6, "GB/s")
+    (row, col) = mx_quantize(x, mode="dual")
+    exact = all(
+        torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8))
+        and torch.equal(got[1], want[1])
+        for got, want in ((row, ref.quantize_rowwise(x)), (col, ref.quantize_colwise(x)))
+    )
+    metrics["quantize_dual_bit_exact"] = metric(float(exact), "bool", target=1)
+    copy_gbps = 2 * x.numel() * 2 / do_bench(lambda: x.clone()) / 1e6
+    metrics["copy_gbps"] = metric(copy_gbps, "GB/s")
+    if exact:
+        quantize_ms = do_bench(lambda: mx_quantize(x, mode="dual"))
+        metrics["quantize_gbps"] = metric(
+            moved / quantize_ms / 1e6, "GB/s", baseline=copy_gbps, target=0.7 * copy_gbps
+        )
+    else:
+        print("mx_quantize differs from the reference on this device: not timed")
     for hidden, ffn in shapes:
         a_hp = torch.randn(tokens, hidden, device=device, dtype=torch.bfloat16)
         w_hp = torch.randn(ffn, hidden, device=device, dtype=torch.bfloat16)
@@ -120,31 +165,29 @@ def gpu_benchmarks(quick: bool) -> dict:
         a, w = mx_quantize(a_hp), mx_quantize(w_hp)
         tag = f"{hidden}x{ffn}"
         metrics[f"gemm_tflops_bf16_{tag}"] = metric(bf16, "TFLOP/s")
+        oracle = ref.mx_gemm(a, w)
         for path in PATHS:
-            try:
-                ms = do_bench(lambda a=a, w=w, path=path: mx_gemm(*a, *w, path=path))
-            except Exception as error:  # a path the device cannot compile is reported, not fatal
-                print(f"mx_gemm {path} {tag}: {error!r}")
-                continue
-            metrics[f"gemm_tflops_mx_{path}_{tag}"] = metric(
-                flops / ms / 1e9, "TFLOP/s", baseline=bf16, target=0.9 * bf16
-            )
+            ms, quality = timed_path(lambda a=a, w=w, path=path: mx_gemm(*a, *w, path=path),
+                                     oracle, f"mx_gemm {path} {tag}")  # fmt: skip
+            metrics[f"gemm_sqnr_db_{path}_{tag}"] = metric(quality, "dB", target=MIN_SQNR_DB)
+            if ms is not None:
+                metrics[f"gemm_tflops_mx_{path}_{tag}"] = metric(
+                    flops / ms / 1e9, "TFLOP/s", baseline=bf16, target=0.9 * bf16
+                )
         rows = tokens * TOP_K
         a_rows_hp = torch.randn(rows, hidden, device=device, dtype=torch.bfloat16)
         for experts in EXPERTS[:1] if quick else EXPERTS:
-            mx, bf16 = grouped_tflops(a_rows_hp, ffn, experts)
-            tag_e = f"{tag}_e{experts}"
-            metrics[f"grouped_tflops_bf16_{tag_e}"] = metric(bf16, "TFLOP/s")
-            metrics[f"grouped_tflops_mx_{tag_e}"] = metric(mx, "TFLOP/s", baseline=bf16)
-    # The keys the issue names: the largest shape's figures.
+            grouped_tflops(a_rows_hp, ffn, experts, metrics, f"{tag}_e{experts}")
+    # The keys the issue names: the largest shape's figures (the default path).
     last = f"{shapes[-1][0]}x{shapes[-1][1]}"
-    for key, source in (("gemm_tflops_mx", f"gemm_tflops_mx_dequant_{last}"),
-                        ("gemm_tflops_bf16", f"gemm_tflops_bf16_{last}")):  # fmt: skip
-        if source in metrics:
-            metrics[key] = metrics[source]
-    experts_last = (EXPERTS[:1] if quick else EXPERTS)[-1]
-    metrics["grouped_tflops_mx"] = metrics[f"grouped_tflops_mx_{last}_e{experts_last}"]
-    metrics["grouped_tflops_bf16"] = metrics[f"grouped_tflops_bf16_{last}_e{experts_last}"]
+    grouped = f"{last}_e{(EXPERTS[:1] if quick else EXPERTS)[-1]}"
+    aliases = {
+        "gemm_tflops_mx": f"gemm_tflops_mx_dequant_{last}",
+        "gemm_tflops_bf16": f"gemm_tflops_bf16_{last}",
+        "grouped_tflops_mx": f"grouped_tflops_mx_dequant_{grouped}",
+        "grouped_tflops_bf16": f"grouped_tflops_bf16_{grouped}",
+    }
+    metrics.update({key: metrics[source] for key, source in aliases.items() if source in metrics})
     return metrics
 
 

@@ -69,11 +69,11 @@ def _scale_bytes(amax_bits, RCEIL: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_bits(v, SOFTWARE_CAST: tl.constexpr):
+def _e4m3_bits(v, sign, SOFTWARE_CAST: tl.constexpr):
     """E4M3 bytes (int32 0..255) of fp32 values already clamped to ±448 (NaN kept), rounded
-    to nearest even; NaN becomes sign | 0x7F."""
+    to nearest even; NaN becomes sign | 0x7F. `sign` (0 or 0x80) is the unscaled input's:
+    on a GPU, scaling and clamping return a NaN without its sign bit."""
     bits = v.to(tl.int32, bitcast=True)
-    sign = (bits >> 24) & 0x80
     if SOFTWARE_CAST:
         a = bits & 0x7FFFFFFF
         # Normal E4M3 (|v| ≥ 2^−6): drop 20 mantissa bits with RNE; a carry into the
@@ -105,6 +105,7 @@ def _quantize_tile(x, RCEIL: tl.constexpr, SOFTWARE_CAST: tl.constexpr):
     scale bytes [R, C // 32] as uint8)."""
     R: tl.constexpr = x.shape[0]
     C: tl.constexpr = x.shape[1]
+    sign = (x.to(tl.int32, bitcast=True) >> 24) & 0x80
     x_blocks = tl.reshape(x, (R, C // 32, 32))
     amax_bits = tl.max(x_blocks.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
     scales = _scale_bytes(amax_bits, RCEIL)
@@ -114,7 +115,7 @@ def _quantize_tile(x, RCEIL: tl.constexpr, SOFTWARE_CAST: tl.constexpr):
     scaled = tl.reshape(x_blocks * inverse[:, :, None], (R, C))
     # Comparisons, not min/max: they leave NaN alone on every backend.
     clamped = tl.where(scaled > 448.0, 448.0, tl.where(scaled < -448.0, -448.0, scaled))
-    return _e4m3_bits(clamped, SOFTWARE_CAST).to(tl.uint8), scales.to(tl.uint8)
+    return _e4m3_bits(clamped, sign, SOFTWARE_CAST).to(tl.uint8), scales.to(tl.uint8)
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ def _quantize_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    """One read of a [BLOCK_R, BLOCK_C] tile; rowwise blocks along C, colwise along R (written
+    """One [BLOCK_R, BLOCK_C] tile; rowwise blocks along C, colwise along R (written
     transposed), or both."""
     pid_r = tl.program_id(0)
     pid_c = tl.program_id(1)
@@ -160,12 +161,15 @@ def _quantize_kernel(
             (rows[:, None] < R) & (blocks[None, :] < C // 32),
         )
     if COLWISE:
-        data_cr, scales_cr = _quantize_tile(tl.trans(x_rc), RCEIL, SOFTWARE_CAST)
-        tl.store(
-            col_data_ptr + pid_b * R * C + cols[:, None] * R + rows[None, :],
-            data_cr,
-            (cols[:, None] < C) & (rows[None, :] < R),
+        # The tile again, transposed by its addresses (a cache hit), not by tl.trans: compiled
+        # for an H200 by Triton 3.6, tl.trans feeding the blocked reshape gave wrong bytes in
+        # every column but the first (measured on bf16; right scales, and right interpreted).
+        mask_cr = (cols[:, None] < C) & (rows[None, :] < R)
+        x_cr = _load_fp32(
+            x_ptr + pid_b * R * C + rows[None, :] * C + cols[:, None], mask_cr, IS_BF16
         )
+        data_cr, scales_cr = _quantize_tile(x_cr, RCEIL, SOFTWARE_CAST)
+        tl.store(col_data_ptr + pid_b * R * C + cols[:, None] * R + rows[None, :], data_cr, mask_cr)
         blocks = pid_r * (BLOCK_R // 32) + tl.arange(0, BLOCK_R // 32)
         tl.store(
             col_scales_ptr + pid_b * C * (R // 32) + cols[:, None] * (R // 32) + blocks[None, :],
@@ -218,9 +222,11 @@ def _cast_kernel(x_ptr, out_ptr, n, SOFTWARE_CAST: tl.constexpr, BLOCK_N: tl.con
     """Clamp to ±448 and cast to E4M3 bytes: the element cast alone, for tests."""
     offsets = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask, other=0).to(tl.float32, bitcast=True)
+    bits = tl.load(x_ptr + offsets, mask=mask, other=0)
+    x = bits.to(tl.float32, bitcast=True)
     clamped = tl.where(x > 448.0, 448.0, tl.where(x < -448.0, -448.0, x))
-    tl.store(out_ptr + offsets, _e4m3_bits(clamped, SOFTWARE_CAST).to(tl.uint8), mask)
+    sign = (bits >> 24) & 0x80
+    tl.store(out_ptr + offsets, _e4m3_bits(clamped, sign, SOFTWARE_CAST).to(tl.uint8), mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,6 +279,13 @@ def _quantize(
         _check_blocked("K", C)
     if colwise:
         _check_blocked("M" if B == 1 else "N", R)
+    if colwise and x_BRC.dtype == torch.float32 and not _INTERPRETED:
+        # Compiled by Triton 3.6 for an H200, the colwise blocks of fp32 input came out wrong
+        # whatever the tile's layout (a transposed load, or blocks along the tile's rows),
+        # while bf16 and every rowwise case were exact (measured). fp32 colwise therefore goes
+        # through a transposed copy and the rowwise path; bf16, what training feeds, does not.
+        row = _quantize(x_BRC, rule, rowwise=True, colwise=False) if rowwise else ()
+        return row + _quantize(x_BRC.transpose(-2, -1), rule, rowwise=True, colwise=False)
     x_BRC = x_BRC.contiguous()
     software = _software_cast(x_BRC.device)
     new = x_BRC.new_empty
@@ -440,7 +453,7 @@ def mx_quantize(
 
     - rowwise: blocks along K → (data [M, K], scales [M, K/32]);
     - colwise: blocks along M, written transposed → (data [K, M], scales [K, M/32]);
-    - dual: both from one read of x → ((rowwise data, scales), (colwise data, scales)).
+    - dual: both, in one launch for bf16 → ((rowwise data, scales), (colwise data, scales)).
 
     Data is float8_e4m3fn, scales uint8 E8M0 bytes; equal to `mx_reference.quantize_rowwise`
     / `quantize_colwise` bit for bit.
