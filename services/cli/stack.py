@@ -106,9 +106,12 @@ def settings_for(run_dir: Path | None) -> EtudeSettings:
     """The process's settings, with the stack's run directory from `--run-dir` if given and
     the stack's credentials as this process's own."""
     settings = get_settings()
-    if run_dir is not None:
-        stack = settings.stack.model_copy(update={"run_dir": run_dir})
-        settings = settings.model_copy(update={"stack": stack})
+    # Absolute: paths under it (task repositories) travel to services that refuse relative
+    # ones, and the default `.etude` is relative.
+    stack = settings.stack.model_copy(
+        update={"run_dir": (run_dir or settings.stack.run_dir).resolve()}
+    )
+    settings = settings.model_copy(update={"stack": stack})
     if settings.auth.tokens_dir is None:
         tokens_dir = tokens_dir_of(settings)
         # Exported, not only set here: every channel of this process, its children and

@@ -5,6 +5,7 @@ running `etude up`."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cli.test_cli_integration import ETUDE, etude, running_stack  # noqa: F401
+from tests.cli.test_cli_integration import ETUDE, REPO_ROOT, etude, running_stack  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,10 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def test_train_with_ray_runs_every_phase_and_writes_its_outputs(tmp_path):
     config = write_config(tmp_path)
-    done = etude("train", str(config), "--ray", run_dir=tmp_path / "stack", timeout=600)
+    # A relative run directory, as `make run`'s default `.etude` is: the task repositories
+    # under it must still reach the environment service as absolute paths.
+    stack = Path(os.path.relpath(tmp_path / "stack", REPO_ROOT))
+    done = etude("train", str(config), "--ray", run_dir=stack, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     [out] = list((tmp_path / "out").iterdir())
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -64,7 +68,7 @@ def test_train_with_ray_runs_every_phase_and_writes_its_outputs(tmp_path):
     # --resume continues the same run from its newest checkpoint: step 3, not step 1 again.
     again = etude(
         "train", str(config), "--run-id", out.name, "--resume", "--set", "trainer.steps=3",
-        run_dir=tmp_path / "stack", timeout=600,
+        run_dir=stack, timeout=600,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
