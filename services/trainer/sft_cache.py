@@ -21,6 +21,7 @@ _SOURCES = (
     "rollout/scripted",
     "rollout/scripted.py",
     "rollout/scripted_honesty.py",
+    "rollout/scripted_locate.py",
     "rollout/scripted_patch.py",
     "rollout/scripted_search.py",
     "rollout/scripted_sight.py",
