@@ -58,19 +58,25 @@ def uneven_offsets(rows: int, experts: int, device) -> torch.Tensor:
     return sizes.cumsum(0).to(torch.int32).to(device)
 
 
+def same_bytes(
+    got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]
+) -> bool:
+    """Whether two MXFP8 (data, scales) pairs are equal bit for bit."""
+    return torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(
+        got[1], want[1]
+    )
+
+
 def cpu_checks() -> dict:
     """Every kernel and path once, small, in the interpreter, against the reference."""
     torch.manual_seed(0)
     x, w = torch.randn(96, 128), torch.randn(64, 128)
     checks = {}
     for mode in ("rowwise", "colwise"):
-        data, scales = mx_quantize(x.bfloat16(), mode=mode)
         expected = (ref.quantize_rowwise if mode == "rowwise" else ref.quantize_colwise)(
             x.bfloat16()
         )
-        exact = torch.equal(data.view(torch.uint8), expected[0].view(torch.uint8)) and (
-            torch.equal(scales, expected[1])
-        )
+        exact = same_bytes(mx_quantize(x.bfloat16(), mode=mode), expected)
         checks[f"quantize_{mode}_bit_exact"] = metric(float(exact), "bool", target=1)
     a, b = ref.quantize_rowwise(x), ref.quantize_rowwise(w)
     oracle = ref.mx_gemm(a, b)
@@ -87,13 +93,21 @@ def cpu_checks() -> dict:
     return checks
 
 
-def checked_ms(run, oracle: torch.Tensor) -> tuple[float | None, float]:
-    """(median ms, SQNR dB) of `run`; the time only where its result matches the oracle: a
-    timed call that computes garbage is not a speed."""
+def timed_path(run, oracle: torch.Tensor, name: str) -> tuple[float | None, float]:
+    """(median ms, SQNR dB) of `run`, timed only where its result matches the oracle (a timed
+    call that computes garbage is not a speed); a path the device cannot compile or run is
+    reported, not fatal."""
     from triton.testing import do_bench
 
-    quality = ref.sqnr_db(oracle, run().float())
-    return (do_bench(run) if quality >= MIN_SQNR_DB else None), quality
+    try:
+        quality = ref.sqnr_db(oracle, run().float())
+        if quality < MIN_SQNR_DB:
+            print(f"{name}: wrong result ({quality:.1f} dB), not timed")
+            return None, quality
+        return do_bench(run), quality
+    except Exception as error:
+        print(f"{name}: {error!r}")
+        return None, float("nan")
 
 
 def grouped_tflops(a_hp: torch.Tensor, ffn: int, experts: int, metrics: dict, tag: str) -> None:
@@ -119,18 +133,6 @@ def grouped_tflops(a_hp: torch.Tensor, ffn: int, experts: int, metrics: dict, ta
             )
 
 
-def timed_path(run, oracle: torch.Tensor, name: str) -> tuple[float | None, float]:
-    """`checked_ms`, with a path the device cannot compile or run reported, not fatal."""
-    try:
-        ms, quality = checked_ms(run, oracle)
-    except Exception as error:
-        print(f"{name}: {error!r}")
-        return None, float("nan")
-    if ms is None:
-        print(f"{name}: wrong result ({quality:.1f} dB), not timed")
-    return ms, quality
-
-
 def gpu_benchmarks(quick: bool) -> dict:
     from triton.testing import do_bench
 
@@ -142,11 +144,7 @@ def gpu_benchmarks(quick: bool) -> dict:
     x = torch.randn(tokens, shapes[-1][0], device=device, dtype=torch.bfloat16)
     moved = x.numel() * 2 + 2 * (x.numel() + x.numel() // 32)  # bf16 in; 2 × (fp8 + scales)
     (row, col) = mx_quantize(x, mode="dual")
-    exact = all(
-        torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8))
-        and torch.equal(got[1], want[1])
-        for got, want in ((row, ref.quantize_rowwise(x)), (col, ref.quantize_colwise(x)))
-    )
+    exact = same_bytes(row, ref.quantize_rowwise(x)) and same_bytes(col, ref.quantize_colwise(x))
     metrics["quantize_dual_bit_exact"] = metric(float(exact), "bool", target=1)
     copy_gbps = 2 * x.numel() * 2 / do_bench(lambda: x.clone()) / 1e6
     metrics["copy_gbps"] = metric(copy_gbps, "GB/s")
