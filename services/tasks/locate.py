@@ -14,6 +14,14 @@ needs.
 The tasks are written at hint tier 3 (the instruction holds everything, the episode is one
 turn: edit, submit) from the bundled etude-mini projects, and keep their split: held-out
 projects stay held out. `python -m etude.tasks.locate` rewrites the bundled JSONL.
+
+A training project alone asks a dozen questions of one unchanging listing, so a policy can
+learn each name's file by heart instead of reading the listing, and on a held-out project
+it then writes a path it remembers. So each training project also gives tasks whose
+repository gains stub modules (`stub_modules`): made-up names dealt at random into modules
+with new names, a different deal per task, asked about through the same instruction (the
+`etude-locate-stubbed` set: the projects' own tasks and these). Only reading the listing
+answers those. Held-out tasks are the projects' own modules, untouched.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from pathlib import Path
 from etude.environment.tools.output import numbered_line
 from etude.tasks.materialize import (
     HELD_OUT_PROJECTS,
+    LOCATE_STUBBED_TASKS_FILE,
     LOCATE_TASKS_FILE,
     PROJECTS_DIR,
     build_buggy_repository,
@@ -42,6 +51,125 @@ PLACEHOLDER = "unknown"
 ANSWER_TEST = "tests/test_answer.py"
 PER_PROJECT = 12
 """Names asked about per project (a seeded choice among the names only one module defines)."""
+STUBBED_PER_PROJECT = 24
+"""Tasks per training project whose repository gains stub modules (a new deal each)."""
+_VERBS = (
+    "apply",
+    "build",
+    "check",
+    "collect",
+    "compile",
+    "convert",
+    "count",
+    "decode",
+    "emit",
+    "encode",
+    "expand",
+    "fetch",
+    "filter",
+    "find",
+    "flatten",
+    "format",
+    "group",
+    "index",
+    "load",
+    "lookup",
+    "match",
+    "merge",
+    "normalize",
+    "pack",
+    "parse",
+    "read",
+    "render",
+    "reset",
+    "resolve",
+    "scan",
+    "select",
+    "sort",
+    "split",
+    "store",
+    "strip",
+    "trim",
+    "unpack",
+    "update",
+    "validate",
+    "write",
+)
+_NOUNS = (
+    "anchor",
+    "batch",
+    "block",
+    "bound",
+    "buffer",
+    "cell",
+    "chunk",
+    "column",
+    "cursor",
+    "delta",
+    "digest",
+    "entry",
+    "field",
+    "frame",
+    "graph",
+    "header",
+    "label",
+    "ledger",
+    "margin",
+    "marker",
+    "node",
+    "offset",
+    "option",
+    "packet",
+    "page",
+    "path",
+    "record",
+    "region",
+    "sample",
+    "schema",
+    "segment",
+    "signal",
+    "slot",
+    "span",
+    "stack",
+    "symbol",
+    "table",
+    "token",
+    "vector",
+    "weight",
+)
+_ADJECTIVES = (
+    "active",
+    "basic",
+    "cached",
+    "compact",
+    "default",
+    "dense",
+    "empty",
+    "fixed",
+    "global",
+    "inner",
+    "lazy",
+    "local",
+    "nested",
+    "open",
+    "partial",
+    "plain",
+    "raw",
+    "sparse",
+    "strict",
+    "typed",
+)
+"""Stub names are made of these words (`stub_name`), so nearly every stub name is new: a
+policy cannot learn stub names' files by heart either."""
+
+
+def stub_name(rng: random.Random) -> str:
+    """A function name (`merge_ledger`, `load_raw_span`) or a class name (`LazyCursor`)."""
+    if rng.random() < 0.35:
+        return rng.choice(_ADJECTIVES).title() + rng.choice(_NOUNS).title()
+    words = [rng.choice(_VERBS), *([rng.choice(_ADJECTIVES)] if rng.random() < 0.3 else []),
+             rng.choice(_NOUNS)]  # fmt: skip
+    return "_".join(words)
 
 
 def defined_names(source: str) -> list[str]:
@@ -82,50 +210,129 @@ def answer_test(path: str) -> str:
     )
 
 
-def project_tasks(project: Project, *, per_project: int = PER_PROJECT, seed: int = 0) -> list[Task]:
-    modules = module_names(project)
+def _owners(modules: dict[str, list[str]]) -> dict[str, list[str]]:
     owners: dict[str, list[str]] = {}
     for path, names in modules.items():
         for name in names:
             owners.setdefault(name, []).append(path)
-    unique = sorted(name for name, paths in owners.items() if len(paths) == 1)
+    return owners
+
+
+def _task(
+    project: Project,
+    task_id: str,
+    name: str,
+    modules: dict[str, list[str]],
+    bug_patch: str,
+    seed: int,
+) -> Task:
+    path = _owners(modules)[name][0]
+    with tempfile.TemporaryDirectory() as scratch:
+        base_commit = build_buggy_repository(project, bug_patch, Path(scratch))
+    return Task(
+        id=task_id,
+        repo=f"etude-mini/{project.name}",
+        base_commit=base_commit,
+        instruction=instruction(name, modules),
+        test_patch=unified_diff(ANSWER_TEST, None, answer_test(path)),
+        fail_to_pass=(f"{ANSWER_TEST}::test_answer",),
+        pass_to_pass=(),
+        test_command=SUITE_COMMAND,
+        gold_patch=unified_diff(ANSWER_FILE, f"{PLACEHOLDER}\n", f"{path}\n"),
+        metadata={
+            "source": SOURCE, "project": project.name, "project_hash": project.hash,
+            "bug_patch": bug_patch,
+            "split": "held_out" if project.name in HELD_OUT_PROJECTS else "train",
+            "hint_tier": 3, "name": name, "answer": path, "seed": seed,
+        },
+    )  # fmt: skip
+
+
+def project_tasks(project: Project, *, per_project: int = PER_PROJECT, seed: int = 0) -> list[Task]:
+    modules = module_names(project)
+    unique = sorted(name for name, paths in _owners(modules).items() if len(paths) == 1)
     chosen = sorted(
         random.Random(f"{seed}:{project.name}").sample(unique, min(per_project, len(unique)))
     )
     bug_patch = unified_diff(ANSWER_FILE, None, f"{PLACEHOLDER}\n")
-    with tempfile.TemporaryDirectory() as scratch:
-        base_commit = build_buggy_repository(project, bug_patch, Path(scratch))
-    split = "held_out" if project.name in HELD_OUT_PROJECTS else "train"
+    return [
+        _task(project, f"etude-locate.{project.name}.{name}", name, modules, bug_patch, seed)
+        for name in chosen
+    ]
+
+
+def stub_source(names: list[str]) -> str:
+    """A module defining `names`: classes for capitalised names, functions for the rest."""
+    blocks = [
+        f"class {name}:\n    pass\n" if name[0].isupper()
+        else f"def {name}(*args, **kwargs):\n    raise NotImplementedError\n"
+        for name in names
+    ]  # fmt: skip
+    return '"""Stubs."""\n\n\n' + "\n\n".join(blocks)
+
+
+def stub_modules(project: Project, excluded: set[str], rng: random.Random) -> dict[str, str]:
+    """One to three new modules of the project's package, each defining three to six made-up
+    names, none of them in `excluded`; path → source."""
+    package = project.source_files[0].split("/")[0]
+    taken = {Path(path).stem for path in project.source_files}
+    stems = rng.sample(sorted({f"{noun}s" for noun in _NOUNS} - taken), rng.randint(1, 3))
+    names: list[str] = []
+    while len(names) < 6 * len(stems):
+        name = stub_name(rng)
+        if name not in excluded and name not in names:
+            names.append(name)
+    modules = {}
+    for stem in stems:
+        count = rng.randint(3, 6)
+        modules[f"{package}/{stem}.py"], names = stub_source(names[:count]), names[count:]
+    return modules
+
+
+def stubbed_tasks(
+    project: Project, excluded: set[str], *, count: int = STUBBED_PER_PROJECT, seed: int = 0
+) -> list[Task]:
+    """Tasks on the project with stub modules added, a new deal each."""
     tasks = []
-    for name in chosen:
-        path = owners[name][0]
-        tasks.append(Task(
-            id=f"etude-locate.{project.name}.{name}",
-            repo=f"etude-mini/{project.name}",
-            base_commit=base_commit,
-            instruction=instruction(name, modules),
-            test_patch=unified_diff(ANSWER_TEST, None, answer_test(path)),
-            fail_to_pass=(f"{ANSWER_TEST}::test_answer",),
-            pass_to_pass=(),
-            test_command=SUITE_COMMAND,
-            gold_patch=unified_diff(ANSWER_FILE, f"{PLACEHOLDER}\n", f"{path}\n"),
-            metadata={
-                "source": SOURCE, "project": project.name,
-                "project_hash": project.hash, "bug_patch": bug_patch, "split": split,
-                "hint_tier": 3, "name": name, "answer": path, "seed": seed,
-            },
-        ))  # fmt: skip
+    for index in range(count):
+        rng = random.Random(f"{seed}:{project.name}:stubs:{index}")
+        stubs = stub_modules(project, excluded, rng)
+        modules = {**module_names(project)}
+        for path, source in stubs.items():
+            modules[path] = defined_names(source)
+        modules = dict(sorted(modules.items()))
+        # Any name the repository defines once: asking only about stubs would teach "the answer
+        # is a module the project did not have", which fails on every held-out project.
+        name = rng.choice(sorted(n for n, paths in _owners(modules).items() if len(paths) == 1))
+        bug_patch = "".join(
+            unified_diff(path, None, text)
+            for path, text in [(ANSWER_FILE, f"{PLACEHOLDER}\n"), *sorted(stubs.items())]
+        )
+        task_id = f"etude-locate.{project.name}.stubs{index:02d}.{name}"
+        tasks.append(_task(project, task_id, name, modules, bug_patch, seed))
     return tasks
 
 
 def locate_tasks(
-    projects_dir: Path = PROJECTS_DIR, *, per_project: int = PER_PROJECT
+    projects_dir: Path = PROJECTS_DIR,
+    *,
+    per_project: int = PER_PROJECT,
+    stubbed_per_project: int = 0,
 ) -> list[Task]:
-    return [
-        task
-        for root in sorted(p for p in projects_dir.iterdir() if p.is_dir())
-        for task in project_tasks(load_project(root), per_project=per_project)
-    ]
+    """The projects' own tasks, and `stubbed_per_project` stubbed tasks per training project
+    (the `etude-locate-stubbed` set)."""
+    roots = sorted(path for path in projects_dir.iterdir() if path.is_dir())
+    projects = [load_project(root) for root in roots]
+    # No stub takes a name a project defines: held-out names stay unseen in training, and a
+    # stub never shadows a real definition.
+    defined = {name for project in projects for names in module_names(project).values()
+               for name in names}  # fmt: skip
+    tasks = []
+    for project in projects:
+        tasks += project_tasks(project, per_project=per_project)
+        if project.name not in HELD_OUT_PROJECTS:
+            tasks += stubbed_tasks(project, defined, count=stubbed_per_project)
+    return tasks
 
 
 def is_locate(task: Task) -> bool:
@@ -133,8 +340,10 @@ def is_locate(task: Task) -> bool:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else LOCATE_TASKS_FILE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tasks = locate_tasks()
-    write_jsonl(out, tasks)
-    print(f"{len(tasks)} tasks → {out}")
+    out_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else LOCATE_TASKS_FILE.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, stubbed in ((LOCATE_TASKS_FILE.name, 0),
+                          (LOCATE_STUBBED_TASKS_FILE.name, STUBBED_PER_PROJECT)):  # fmt: skip
+        tasks = locate_tasks(stubbed_per_project=stubbed)
+        write_jsonl(out_dir / name, tasks)
+        print(f"{len(tasks)} tasks → {out_dir / name}")

@@ -17,7 +17,13 @@ PROJECTS_DIR = Path(__file__).resolve().parent / "etude_mini" / "projects"
 TASKS_FILE = Path(__file__).resolve().parent / "etude_mini" / "tasks.jsonl"
 LOCATE_TASKS_FILE = Path(__file__).resolve().parent / "etude_locate" / "tasks.jsonl"
 """etude-locate (etude.tasks.locate), on the same projects."""
-BUNDLED_TASKSETS = {"etude-mini": TASKS_FILE, "etude-locate": LOCATE_TASKS_FILE}
+LOCATE_STUBBED_TASKS_FILE = LOCATE_TASKS_FILE.with_name("stubbed.jsonl")
+"""etude-locate with stubbed training tasks besides (a listing no policy can learn by heart)."""
+BUNDLED_TASKSETS = {
+    "etude-mini": TASKS_FILE,
+    "etude-locate": LOCATE_TASKS_FILE,
+    "etude-locate-stubbed": LOCATE_STUBBED_TASKS_FILE,
+}
 """The task sets a run config names (`tasks.taskset`) without a path."""
 BUNDLED_TASK_FILES = tuple(BUNDLED_TASKSETS.values())
 """What the reward service and the rollout workers know without configuration."""

@@ -10,23 +10,37 @@ from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.rollout.scripted_honesty import Episode, Step, derivable_violations
 from etude.rollout.scripted_locate import LocateSolver
-from etude.tasks.locate import ANSWER_FILE, PLACEHOLDER, locate_tasks
-from etude.tasks.materialize import HELD_OUT_PROJECTS, LOCATE_TASKS_FILE
+from etude.tasks.locate import (
+    ANSWER_FILE,
+    PLACEHOLDER,
+    STUBBED_PER_PROJECT,
+    defined_names,
+    locate_tasks,
+)
+from etude.tasks.materialize import (
+    HELD_OUT_PROJECTS,
+    LOCATE_STUBBED_TASKS_FILE,
+    LOCATE_TASKS_FILE,
+    materialize,
+)
 from etude.tasks.repo import unified_diff
 from etude.tasks.task import read_jsonl
 from etude.trainer.taskset import load_taskset
 
 BUNDLED = list(read_jsonl(LOCATE_TASKS_FILE))
+WITH_STUBS = list(read_jsonl(LOCATE_STUBBED_TASKS_FILE))
 
 
 def test_the_bundled_records_are_what_the_projects_give():
     """A project that changes (a module, a name) must be followed by `python -m
     etude.tasks.locate`, or its tasks would ask about names that moved."""
     assert [t.to_swe() for t in locate_tasks()] == [t.to_swe() for t in BUNDLED]
+    stubbed = locate_tasks(stubbed_per_project=STUBBED_PER_PROJECT)
+    assert [t.to_swe() for t in stubbed] == [t.to_swe() for t in WITH_STUBS]
 
 
 def test_every_task_is_demonstrated_honestly_with_its_answer():
-    for task in BUNDLED:
+    for task in WITH_STUBS:
         turn = LocateSolver(task).next_turn(None)
         assert derivable_violations(Episode(task.instruction, (Step(turn, ()),))) == []
         assert f"<parameter=new_string>\n{task.metadata['answer']}\n" in turn
@@ -39,6 +53,49 @@ def test_a_run_trains_on_training_projects_and_holds_out_the_others():
     assert not {t.metadata["project"] for t in train} & HELD_OUT_PROJECTS
     # drawn across projects: the first ten come from ten projects
     assert len({t.metadata["project"] for t in train[:10]}) == 10
+    # the stubbed set trains on the stubs besides, and holds out the very same tasks
+    train_stubbed, held_stubbed = load_taskset(TasksConfig(taskset="etude-locate-stubbed",
+                                                           hint_tier=3))  # fmt: skip
+    assert len(train_stubbed) == len(train) + 10 * STUBBED_PER_PROJECT
+    assert sorted(t.id for t in held_stubbed) == sorted(t.id for t in held)
+
+
+def _listing(task) -> dict[str, list[str]]:
+    lines = [line for line in task.instruction.splitlines() if line.startswith("- `")]
+    return {line.split("`")[1]: line.split(": ", 1)[1].split(", ") for line in lines}
+
+
+def test_a_stubbed_repository_defines_exactly_what_its_listing_says(tmp_path):
+    """The listing is the repository's truth, stubs included: the policy is never asked to
+    trust a module that is not there."""
+    stubbed = [t for t in WITH_STUBS if ".stubs" in t.id]
+    for task in stubbed[:: len(stubbed) // 6]:
+        root = materialize(task, tmp_path)
+        listing = _listing(task)
+        package = next(iter(listing)).split("/")[0]
+        found = {f"{package}/{p.name}": defined_names(p.read_text())
+                 for p in sorted((root / package).glob("*.py"))}  # fmt: skip
+        assert {path: names for path, names in found.items() if names} == listing
+        assert task.metadata["answer"] in listing
+
+
+def test_stubs_make_up_their_names_and_keep_held_out_projects_unseen():
+    """Held-out tasks are the projects' own modules, and no stub takes a name a project
+    defines: a held-out name is never seen in training, a real definition never shadowed."""
+    held = [t for t in WITH_STUBS if t.metadata["split"] == "held_out"]
+    assert held and not [t for t in held if ".stubs" in t.id]
+    plain = [t for t in WITH_STUBS if ".stubs" not in t.id]
+    stubbed = [t for t in WITH_STUBS if ".stubs" in t.id]
+
+    def names(tasks):
+        return {n for t in tasks for listed in _listing(t).values() for n in listed}
+
+    real = names(plain)
+    stub_names = names(stubbed) - real
+    assert names(stubbed) & real <= names(t for t in plain if t.metadata["split"] == "train")
+    # a new deal per task, with names made up for it: nothing to learn by heart
+    assert len(stub_names) > 5 * len(stubbed)
+    assert len({t.instruction.split("?")[1] for t in stubbed}) == len(stubbed)
 
 
 @pytest.mark.integration
