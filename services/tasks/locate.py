@@ -54,111 +54,24 @@ PER_PROJECT = 12
 STUBBED_PER_PROJECT = 24
 """Tasks per training project whose repository gains stub modules (a new deal each)."""
 _VERBS = (
-    "apply",
-    "build",
-    "check",
-    "collect",
-    "compile",
-    "convert",
-    "count",
-    "decode",
-    "emit",
-    "encode",
-    "expand",
-    "fetch",
-    "filter",
-    "find",
-    "flatten",
-    "format",
-    "group",
-    "index",
-    "load",
-    "lookup",
-    "match",
-    "merge",
-    "normalize",
-    "pack",
-    "parse",
-    "read",
-    "render",
-    "reset",
-    "resolve",
-    "scan",
-    "select",
-    "sort",
-    "split",
-    "store",
-    "strip",
-    "trim",
-    "unpack",
-    "update",
-    "validate",
-    "write",
-)
+    "apply", "build", "check", "collect", "compile", "convert", "count", "decode", "emit",
+    "encode", "expand", "fetch", "filter", "find", "flatten", "format", "group", "index",
+    "load", "lookup", "match", "merge", "normalize", "pack", "parse", "read", "render", "reset",
+    "resolve", "scan", "select", "sort", "split", "store", "strip", "trim", "unpack", "update",
+    "validate", "write",
+)  # fmt: skip
 _NOUNS = (
-    "anchor",
-    "batch",
-    "block",
-    "bound",
-    "buffer",
-    "cell",
-    "chunk",
-    "column",
-    "cursor",
-    "delta",
-    "digest",
-    "entry",
-    "field",
-    "frame",
-    "graph",
-    "header",
-    "label",
-    "ledger",
-    "margin",
-    "marker",
-    "node",
-    "offset",
-    "option",
-    "packet",
-    "page",
-    "path",
-    "record",
-    "region",
-    "sample",
-    "schema",
-    "segment",
-    "signal",
-    "slot",
-    "span",
-    "stack",
-    "symbol",
-    "table",
-    "token",
-    "vector",
-    "weight",
-)
+    "anchor", "batch", "block", "bound", "buffer", "cell", "chunk", "column", "cursor", "delta",
+    "digest", "entry", "field", "frame", "graph", "header", "label", "ledger", "margin",
+    "marker", "node", "offset", "option", "packet", "page", "path", "record", "region",
+    "sample", "schema", "segment", "signal", "slot", "span", "stack", "symbol", "table",
+    "token", "vector", "weight",
+)  # fmt: skip
 _ADJECTIVES = (
-    "active",
-    "basic",
-    "cached",
-    "compact",
-    "default",
-    "dense",
-    "empty",
-    "fixed",
-    "global",
-    "inner",
-    "lazy",
-    "local",
-    "nested",
-    "open",
-    "partial",
-    "plain",
-    "raw",
-    "sparse",
-    "strict",
+    "active", "basic", "cached", "compact", "default", "dense", "empty", "fixed", "global",
+    "inner", "lazy", "local", "nested", "open", "partial", "plain", "raw", "sparse", "strict",
     "typed",
-)
+)  # fmt: skip
 """Stub names are made of these words (`stub_name`), so nearly every stub name is new: a
 policy cannot learn stub names' files by heart either."""
 
@@ -218,20 +131,28 @@ def _owners(modules: dict[str, list[str]]) -> dict[str, list[str]]:
     return owners
 
 
-def _task(
-    project: Project,
-    task_id: str,
-    name: str,
-    modules: dict[str, list[str]],
-    bug_patch: str,
-    seed: int,
-) -> Task:
-    path = _owners(modules)[name][0]
+def _base_commit(project: Project, bug_patch: str) -> str:
     with tempfile.TemporaryDirectory() as scratch:
-        base_commit = build_buggy_repository(project, bug_patch, Path(scratch))
+        return build_buggy_repository(project, bug_patch, Path(scratch))
+
+
+def _project_metadata(project: Project, seed: int) -> dict:
+    """What every task of the project records alike (its content hash read once)."""
+    return {
+        "source": SOURCE, "project": project.name, "project_hash": project.hash,
+        "split": "held_out" if project.name in HELD_OUT_PROJECTS else "train",
+        "hint_tier": 3, "seed": seed,
+    }  # fmt: skip
+
+
+def _task(
+    common: dict, task_id: str, name: str, modules: dict[str, list[str]], bug_patch: str,
+    base_commit: str,
+) -> Task:  # fmt: skip
+    path = _owners(modules)[name][0]
     return Task(
         id=task_id,
-        repo=f"etude-mini/{project.name}",
+        repo=f"etude-mini/{common['project']}",
         base_commit=base_commit,
         instruction=instruction(name, modules),
         test_patch=unified_diff(ANSWER_TEST, None, answer_test(path)),
@@ -239,13 +160,8 @@ def _task(
         pass_to_pass=(),
         test_command=SUITE_COMMAND,
         gold_patch=unified_diff(ANSWER_FILE, f"{PLACEHOLDER}\n", f"{path}\n"),
-        metadata={
-            "source": SOURCE, "project": project.name, "project_hash": project.hash,
-            "bug_patch": bug_patch,
-            "split": "held_out" if project.name in HELD_OUT_PROJECTS else "train",
-            "hint_tier": 3, "name": name, "answer": path, "seed": seed,
-        },
-    )  # fmt: skip
+        metadata={**common, "bug_patch": bug_patch, "name": name, "answer": path},
+    )
 
 
 def project_tasks(project: Project, *, per_project: int = PER_PROJECT, seed: int = 0) -> list[Task]:
@@ -255,27 +171,32 @@ def project_tasks(project: Project, *, per_project: int = PER_PROJECT, seed: int
         random.Random(f"{seed}:{project.name}").sample(unique, min(per_project, len(unique)))
     )
     bug_patch = unified_diff(ANSWER_FILE, None, f"{PLACEHOLDER}\n")
+    base_commit = _base_commit(project, bug_patch)  # one repository serves every name
+    common = _project_metadata(project, seed)
     return [
-        _task(project, f"etude-locate.{project.name}.{name}", name, modules, bug_patch, seed)
+        _task(common, f"etude-locate.{project.name}.{name}", name, modules, bug_patch,
+              base_commit)
         for name in chosen
-    ]
+    ]  # fmt: skip
 
 
 def stub_source(names: list[str]) -> str:
     """A module defining `names`: classes for capitalised names, functions for the rest."""
+    body = '    """Made up for an etude-locate task: only its name and place matter."""\n'
     blocks = [
-        f"class {name}:\n    pass\n" if name[0].isupper()
-        else f"def {name}(*args, **kwargs):\n    raise NotImplementedError\n"
+        f"class {name}:\n{body}" if name[0].isupper() else f"def {name}(*args, **kwargs):\n{body}"
         for name in names
-    ]  # fmt: skip
+    ]
     return '"""Stubs."""\n\n\n' + "\n\n".join(blocks)
 
 
-def stub_modules(project: Project, excluded: set[str], rng: random.Random) -> dict[str, str]:
-    """One to three new modules of the project's package, each defining three to six made-up
-    names, none of them in `excluded`; path → source."""
-    package = project.source_files[0].split("/")[0]
-    taken = {Path(path).stem for path in project.source_files}
+def stub_modules(
+    own: dict[str, list[str]], excluded: set[str], rng: random.Random
+) -> dict[str, str]:
+    """One to three new modules beside the project's own (`own`, path → names), each defining
+    three to six made-up names, none of them in `excluded`; path → source."""
+    package = next(iter(own)).split("/")[0]
+    taken = {Path(path).stem for path in own}
     stems = rng.sample(sorted({f"{noun}s" for noun in _NOUNS} - taken), rng.randint(1, 3))
     names: list[str] = []
     while len(names) < 6 * len(stems):
@@ -293,14 +214,13 @@ def stubbed_tasks(
     project: Project, excluded: set[str], *, count: int = STUBBED_PER_PROJECT, seed: int = 0
 ) -> list[Task]:
     """Tasks on the project with stub modules added, a new deal each."""
+    own = module_names(project)
+    common = _project_metadata(project, seed)
     tasks = []
     for index in range(count):
         rng = random.Random(f"{seed}:{project.name}:stubs:{index}")
-        stubs = stub_modules(project, excluded, rng)
-        modules = {**module_names(project)}
-        for path, source in stubs.items():
-            modules[path] = defined_names(source)
-        modules = dict(sorted(modules.items()))
+        stubs = stub_modules(own, excluded, rng)
+        modules = dict(sorted({**own, **{p: defined_names(s) for p, s in stubs.items()}}.items()))
         # Any name the repository defines once: asking only about stubs would teach "the answer
         # is a module the project did not have", which fails on every held-out project.
         name = rng.choice(sorted(n for n, paths in _owners(modules).items() if len(paths) == 1))
@@ -309,7 +229,8 @@ def stubbed_tasks(
             for path, text in [(ANSWER_FILE, f"{PLACEHOLDER}\n"), *sorted(stubs.items())]
         )
         task_id = f"etude-locate.{project.name}.stubs{index:02d}.{name}"
-        tasks.append(_task(project, task_id, name, modules, bug_patch, seed))
+        base_commit = _base_commit(project, bug_patch)
+        tasks.append(_task(common, task_id, name, modules, bug_patch, base_commit))
     return tasks
 
 
