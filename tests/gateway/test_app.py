@@ -20,7 +20,7 @@ from etude.gateway.__main__ import make_launcher
 from etude.gateway.app import create_app
 from etude.gateway.config import GatewayConfig, GatewaySettings
 from etude.gateway.launcher import LocalLauncher, RecordOnlyLauncher
-from etude.tasks.materialize import HELD_OUT_PROJECTS, LOCATE_TASKS_FILE, TASKS_FILE
+from etude.tasks.materialize import BUNDLED_TASKSETS, HELD_OUT_PROJECTS
 from etude.tasks.task import read_jsonl
 
 # The operator's token, as `etude runs` presents it (the root conftest made the set).
@@ -109,7 +109,7 @@ def test_non_finite_metrics_are_served_as_null(client, redis_url):
 
 def test_tasksets_count_train_and_held_out_tasks(client):
     expected = []
-    for name, path in (("etude-mini", TASKS_FILE), ("etude-locate", LOCATE_TASKS_FILE)):
+    for name, path in BUNDLED_TASKSETS.items():
         tasks = list(read_jsonl(path))
         held_out = sum(t.metadata["project"] in HELD_OUT_PROJECTS for t in tasks)
         assert held_out > 0
