@@ -143,7 +143,8 @@ class LossSettings(_Part):
     normalize_std: bool = False
     """Divide advantages by the group's reward std (GRPO) or not (Dr. GRPO)."""
     kl_coef: float = Field(default=0.0, ge=0, le=1e6)
-    """KL to the initial policy (0: no reference model is kept)."""
+    """KL to the policy RL starts from, the SFT policy after a warm start (0: no reference
+    model is kept)."""
     entropy_coef: float = Field(default=0.0, ge=0, le=1e6)
     aux_loss_coef: float = Field(default=0.01, ge=0, le=1e6)
     """Weight of the MoE load-balancing loss."""

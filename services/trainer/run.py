@@ -90,6 +90,7 @@ class TrainingRun:
             from etude.kernels.mx_training import set_precision
 
             set_precision(self.model, "mxfp8")
+        # The initial weights until warm_start puts the policy RL starts from in their place.
         reference = copy.deepcopy(self.model).eval() if config.trainer.loss.kl_coef else None
         self.trainer = PolicyTrainer(self.model, config.trainer, reference)
         self.state = checkpoint.TrainerState(step=0, policy_version=0)
@@ -159,7 +160,32 @@ class TrainingRun:
 
     async def warm_start(self, on_progress: Callable[[str], None] = lambda _: None) -> dict:
         """SFT on scripted demonstrations (skipped on resume or when disabled), or the cached
-        policy of an earlier run with the same SFT key (`sft.cache_dir`)."""
+        policy of an earlier run with the same SFT key (`sft.cache_dir`); then the KL
+        reference is the policy RL starts from."""
+        summary = await self._warm_start(on_progress)
+        await asyncio.to_thread(self._keep_reference)
+        return summary
+
+    def _keep_reference(self) -> None:
+        """The KL term (`trainer.loss.kl_coef`) holds the policy near the one RL starts
+        from: the SFT policy, not the initial weights a copy at set-up would hold (it would
+        pull the policy back to before SFT). It is saved beside the checkpoints, since a
+        resumed run no longer has it in memory."""
+        if not self.config.trainer.loss.kl_coef:
+            return
+        saved = self.output_dir / "reference"
+        if not (self.resumed and saved.exists()):
+            if self.resumed:
+                log.warning("no saved KL reference in %s: the resumed policy becomes it", saved)
+            save_checkpoint(self.model, saved, self.tokenizer)
+        reference = load_model(saved)  # not a deepcopy: a trained model holds autograd state
+        if self.config.trainer.precision == "mxfp8":
+            from etude.kernels.mx_training import set_precision
+
+            set_precision(reference, "mxfp8")
+        self.trainer.reference = reference.eval().requires_grad_(False)
+
+    async def _warm_start(self, on_progress: Callable[[str], None]) -> dict:
         sft = self.config.sft
         if self.resumed or not sft.enabled or sft.steps == 0:
             return {}
