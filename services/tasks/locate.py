@@ -146,10 +146,9 @@ def _project_metadata(project: Project, seed: int) -> dict:
 
 
 def _task(
-    common: dict, task_id: str, name: str, modules: dict[str, list[str]], bug_patch: str,
-    base_commit: str,
+    common: dict, task_id: str, name: str, path: str, modules: dict[str, list[str]],
+    bug_patch: str, base_commit: str,
 ) -> Task:  # fmt: skip
-    path = _owners(modules)[name][0]
     return Task(
         id=task_id,
         repo=f"etude-mini/{common['project']}",
@@ -166,7 +165,8 @@ def _task(
 
 def project_tasks(project: Project, *, per_project: int = PER_PROJECT, seed: int = 0) -> list[Task]:
     modules = module_names(project)
-    unique = sorted(name for name, paths in _owners(modules).items() if len(paths) == 1)
+    owners = _owners(modules)
+    unique = sorted(name for name, paths in owners.items() if len(paths) == 1)
     chosen = sorted(
         random.Random(f"{seed}:{project.name}").sample(unique, min(per_project, len(unique)))
     )
@@ -174,8 +174,8 @@ def project_tasks(project: Project, *, per_project: int = PER_PROJECT, seed: int
     base_commit = _base_commit(project, bug_patch)  # one repository serves every name
     common = _project_metadata(project, seed)
     return [
-        _task(common, f"etude-locate.{project.name}.{name}", name, modules, bug_patch,
-              base_commit)
+        _task(common, f"etude-locate.{project.name}.{name}", name, owners[name][0], modules,
+              bug_patch, base_commit)
         for name in chosen
     ]  # fmt: skip
 
@@ -223,14 +223,16 @@ def stubbed_tasks(
         modules = dict(sorted({**own, **{p: defined_names(s) for p, s in stubs.items()}}.items()))
         # Any name the repository defines once: asking only about stubs would teach "the answer
         # is a module the project did not have", which fails on every held-out project.
-        name = rng.choice(sorted(n for n, paths in _owners(modules).items() if len(paths) == 1))
+        owners = _owners(modules)
+        name = rng.choice(sorted(n for n, paths in owners.items() if len(paths) == 1))
         bug_patch = "".join(
             unified_diff(path, None, text)
             for path, text in [(ANSWER_FILE, f"{PLACEHOLDER}\n"), *sorted(stubs.items())]
         )
         task_id = f"etude-locate.{project.name}.stubs{index:02d}.{name}"
         base_commit = _base_commit(project, bug_patch)
-        tasks.append(_task(common, task_id, name, modules, bug_patch, base_commit))
+        tasks.append(_task(common, task_id, name, owners[name][0], modules, bug_patch,
+                           base_commit))  # fmt: skip
     return tasks
 
 

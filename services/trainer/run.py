@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +30,7 @@ from etude.common.settings import EtudeSettings
 from etude.environment.client import GrpcEnvironment
 from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained, load_model, save_checkpoint
+from etude.model.model import Transformer
 from etude.model.pretrained import resolve_init
 from etude.reward.client import GrpcReward
 from etude.rollout.agent import EpisodeLimits, EpisodeRunner
@@ -85,14 +85,10 @@ class TrainingRun:
         self.policy_source = resolve_init(config.policy.init, settings.stack.models_dir)
         self.tokenizer = policy_tokenizer(config, settings.stack.models_dir)
         self.train_tasks, self.eval_tasks = load_taskset(config.tasks)
-        self.model = from_pretrained(self.policy_source, seed=config.policy.seed)
-        if config.trainer.precision == "mxfp8":
-            from etude.kernels.mx_training import set_precision
-
-            set_precision(self.model, "mxfp8")
-        # The initial weights until warm_start puts the policy RL starts from in their place.
-        reference = copy.deepcopy(self.model).eval() if config.trainer.loss.kl_coef else None
-        self.trainer = PolicyTrainer(self.model, config.trainer, reference)
+        self.model = self._in_trainer_precision(
+            from_pretrained(self.policy_source, seed=config.policy.seed)
+        )
+        self.trainer = PolicyTrainer(self.model, config.trainer)  # warm_start adds the reference
         self.state = checkpoint.TrainerState(step=0, policy_version=0)
         latest = checkpoint.latest_checkpoint(self.checkpoint_dir) if resume else None
         if latest is not None:
@@ -168,8 +164,8 @@ class TrainingRun:
 
     def _keep_reference(self) -> None:
         """The KL term (`trainer.loss.kl_coef`) holds the policy near the one RL starts
-        from: the SFT policy, not the initial weights a copy at set-up would hold (it would
-        pull the policy back to before SFT). It is saved beside the checkpoints, since a
+        from: the SFT policy, not the initial weights (they would pull the policy back to
+        before SFT). It is saved beside the checkpoints, since a
         resumed run no longer has it in memory."""
         if not self.config.trainer.loss.kl_coef:
             return
@@ -178,12 +174,16 @@ class TrainingRun:
             if self.resumed:
                 log.warning("no saved KL reference in %s: the resumed policy becomes it", saved)
             save_checkpoint(self.model, saved, self.tokenizer)
-        reference = load_model(saved)  # not a deepcopy: a trained model holds autograd state
+        # Read back rather than deep-copied: a trained model holds autograd state.
+        reference = self._in_trainer_precision(load_model(saved))
+        self.trainer.reference = reference.eval().requires_grad_(False)
+
+    def _in_trainer_precision(self, model: Transformer) -> Transformer:
         if self.config.trainer.precision == "mxfp8":
             from etude.kernels.mx_training import set_precision
 
-            set_precision(reference, "mxfp8")
-        self.trainer.reference = reference.eval().requires_grad_(False)
+            set_precision(model, "mxfp8")
+        return model
 
     async def _warm_start(self, on_progress: Callable[[str], None]) -> dict:
         sft = self.config.sft
