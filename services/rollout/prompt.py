@@ -28,7 +28,7 @@ RULES = """\
   hidden tests grade the repository as you leave it. A turn with no tool call also ends it."""
 
 
-SHORT_TOOLS = ("edit_file", "submit")
+SHORT_TOOLS = ("grep", "edit_file", "submit")
 
 _SHORT_EXAMPLE = render_tool_calls([
     ToolCall(id="call_0", name="edit_file", arguments={
@@ -48,7 +48,8 @@ SHORT_RULES = """\
 
 
 def system_prompt(short: bool = False) -> str:
-    """The full prompt documents every tool; the short one (hint tier 3) edit_file and submit."""
+    """The full prompt documents every tool; the short one (hint tier 3) grep, edit_file and
+    submit."""
     if short:
         tools = "\n\n".join([PATH_RULES, *(_describe(TOOLS[name]) for name in SHORT_TOOLS)])
         return (

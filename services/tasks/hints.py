@@ -10,6 +10,10 @@ etude.rollout.curriculum):
 - tier 3: also that function's source, numbered exactly as `read_file` prints it, so an
   `edit_file` call can quote it (the runner pairs this tier with a short system prompt).
 
+A task family whose tiers mean something else writes its instruction at every tier into
+`metadata["instructions"]` (etude-locate: tier 3 lists the modules with their names, tiers 1
+and 2 the modules alone, tier 0 only asks).
+
 The hints are computed once per task by `etude tasks hints` (the traceback comes from
 running the hidden tests on the buggy repository, see etude.tasks.tracebacks) and stored in
 `metadata["hints"]`; rendering a tier never runs anything.
@@ -80,9 +84,15 @@ def task_hints(task: Task) -> Hints:
 
 
 def instruction_at_tier(task: Task, tier: int) -> str:
-    """The task's instruction with the hints of `tier` appended."""
+    """The task's instruction with the hints of `tier` appended, or, for a task family that
+    writes its own (etude-locate), its instruction at that tier (`metadata["instructions"]`,
+    tier → text)."""
     if tier not in HINT_TIERS:
         raise HintError(f"hint tier {tier} is not one of {HINT_TIERS}")
+    if (written := task.metadata.get("instructions")) is not None:
+        if str(tier) not in written:
+            raise HintError(f"task {task.id} has no instruction at hint tier {tier}")
+        return written[str(tier)]
     if current := task.metadata.get("hint_tier", 0):  # its instruction holds hints already
         if current == tier:  # written at this tier (etude-locate's tasks are)
             return task.instruction
@@ -108,8 +118,8 @@ def instruction_at_tier(task: Task, tier: int) -> str:
 
 def at_tier(task: Task, tier: int) -> Task:
     """The task as an episode at `tier` sees it: instruction replaced, and
-    `metadata["hint_tier"]` set; tier 0 (or the tier the task is at) returns the task itself."""
-    if tier == 0 or tier == task.metadata.get("hint_tier", 0):
+    `metadata["hint_tier"]` set; the tier the task is at returns the task itself."""
+    if tier == task.metadata.get("hint_tier", 0):
         return task
     return dataclasses.replace(
         task,

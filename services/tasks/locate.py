@@ -41,6 +41,7 @@ from etude.tasks.materialize import (
     build_buggy_repository,
 )
 from etude.tasks.repo import unified_diff
+from etude.tasks.hints import HINT_TIERS
 from etude.tasks.synth.synthesize import SUITE_COMMAND, Project, load_project
 from etude.tasks.task import Task, write_jsonl
 
@@ -103,11 +104,18 @@ def module_names(project: Project) -> dict[str, list[str]]:
     return {path: names for path, names in sorted(found.items()) if names}
 
 
-def instruction(name: str, modules: dict[str, list[str]]) -> str:
-    listing = "\n".join(f"- `{path}`: {', '.join(names)}" for path, names in modules.items())
+def instruction(name: str, modules: dict[str, list[str]], tier: int = 3) -> str:
+    """The question at a hint tier: tier 3 lists the modules with the names each defines,
+    tiers 1 and 2 the modules alone, tier 0 nothing (the agent searches the repository)."""
+    if tier >= 3:
+        listing = "\n".join(f"- `{path}`: {', '.join(names)}" for path, names in modules.items())
+        shown = f" Its modules and the names each one defines at the top level:\n\n{listing}"
+    elif tier >= 1:
+        shown = " Its modules:\n\n" + "\n".join(f"- `{path}`" for path in modules)
+    else:
+        shown = ""
     return (
-        f"Which file of this repository defines `{name}`? Its modules and the names each one "
-        f"defines at the top level:\n\n{listing}\n\n"
+        f"Which file of this repository defines `{name}`?{shown}\n\n"
         f"`{ANSWER_FILE}`, as read_file shows it:\n\n```\n{numbered_line(1, PLACEHOLDER)}\n```\n\n"
         f"Replace `{PLACEHOLDER}` with the path of the file that defines `{name}` (edit_file), "
         "then call submit."
@@ -159,7 +167,10 @@ def _task(
         pass_to_pass=(),
         test_command=SUITE_COMMAND,
         gold_patch=unified_diff(ANSWER_FILE, f"{PLACEHOLDER}\n", f"{path}\n"),
-        metadata={**common, "bug_patch": bug_patch, "name": name, "answer": path},
+        metadata={
+            **common, "bug_patch": bug_patch, "name": name, "answer": path,
+            "instructions": {str(tier): instruction(name, modules, tier) for tier in HINT_TIERS},
+        },  # fmt: skip
     )
 
 
@@ -194,17 +205,26 @@ def stub_modules(
     own: dict[str, list[str]], excluded: set[str], rng: random.Random
 ) -> dict[str, str]:
     """One to three new modules beside the project's own (`own`, path → names), each defining
-    three to six made-up names, none of them in `excluded`; path → source."""
-    package = next(iter(own)).split("/")[0]
+    three to six made-up names, none of them in `excluded`; path → source.
+
+    About half the modules go into a new package with a made-up name: were every answer under
+    one of the training projects' packages, a policy could recall the package from what the
+    project is about instead of copying the path it found, and on a held-out project (a
+    package it has never written) it would write a training project's."""
+    own_package = next(iter(own)).split("/")[0]
     taken = {Path(path).stem for path in own}
     stems = rng.sample(sorted({f"{noun}s" for noun in _NOUNS} - taken), rng.randint(1, 3))
+    packages = [
+        own_package if rng.random() < 0.5 else f"{rng.choice(_ADJECTIVES)}_{rng.choice(_NOUNS)}"
+        for _ in stems
+    ]
     names: list[str] = []
     while len(names) < 6 * len(stems):
         name = stub_name(rng)
         if name not in excluded and name not in names:
             names.append(name)
     modules = {}
-    for stem in stems:
+    for stem, package in zip(stems, packages, strict=True):
         count = rng.randint(3, 6)
         modules[f"{package}/{stem}.py"], names = stub_source(names[:count]), names[count:]
     return modules
@@ -222,9 +242,13 @@ def stubbed_tasks(
         stubs = stub_modules(own, excluded, rng)
         modules = dict(sorted({**own, **{p: defined_names(s) for p, s in stubs.items()}}.items()))
         # Any name the repository defines once: asking only about stubs would teach "the answer
-        # is a module the project did not have", which fails on every held-out project.
+        # is a module the project did not have", which fails on every held-out project. A
+        # package is drawn first, so a made-up package holds the answer about as often as
+        # the project's own does.
         owners = _owners(modules)
-        name = rng.choice(sorted(n for n, paths in owners.items() if len(paths) == 1))
+        unique = sorted(n for n, paths in owners.items() if len(paths) == 1)
+        package = rng.choice(sorted({path.split("/")[0] for path in modules}))
+        name = rng.choice([n for n in unique if owners[n][0].startswith(f"{package}/")])
         bug_patch = "".join(
             unified_diff(path, None, text)
             for path, text in [(ANSWER_FILE, f"{PLACEHOLDER}\n"), *sorted(stubs.items())]

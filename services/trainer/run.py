@@ -190,7 +190,7 @@ class TrainingRun:
         if self.resumed or not sft.enabled or sft.steps == 0:
             return {}
         if sft.cache_dir is not None:
-            key = sft_cache.cache_key(self.config)
+            key = sft_cache.cache_key(self.config, self.train_tasks)
             cached = sft_cache.cached_policy(sft.cache_dir, key)
             if cached is not None:
                 on_progress(f"SFT policy from the cache: {cached}")

@@ -144,7 +144,7 @@ async def collect_demonstrations(
             try:
                 repository = await asyncio.to_thread(runner.repository_for, task)
                 solver = (
-                    LocateSolver(task) if is_locate(task) else ScriptedSolver(
+                    LocateSolver(task, variant) if is_locate(task) else ScriptedSolver(
                         task, repository, tier=tier, variant=variant,
                         shown_chars=limits.max_tool_output_chars,
                     )

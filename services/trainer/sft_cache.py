@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from etude.common.run_config import RunConfig
+from etude.tasks.task import Task
 
 _SERVICES = Path(__file__).resolve().parents[1]
 # The code whose change makes a cached policy stale.
@@ -38,9 +39,15 @@ _SOURCES = (
 COMPLETE_MARK = "sft-complete.json"
 
 
-def cache_key(config: RunConfig) -> str:
+def cache_key(config: RunConfig, tasks: list[Task]) -> str:
+    """`tasks` are the run's training tasks: the records themselves, not only the task set's
+    name, so a regenerated or edited task set never warm-starts from a stale policy."""
     t, r = config.tasks, config.rollout
+    records = hashlib.sha256()
+    for task in tasks:
+        records.update(json.dumps(task.to_swe(), sort_keys=True).encode())
     shaping = {
+        "records": records.hexdigest(),
         "policy": config.policy.model_dump(mode="json", exclude={"serve_with"}),
         "sft": config.sft.model_dump(mode="json", exclude={"cache_dir"}),
         "tasks": {"taskset": t.taskset, "train_limit": t.train_limit, "seed": t.seed,

@@ -10,6 +10,8 @@ from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.rollout.scripted_honesty import Episode, Step, derivable_violations
 from etude.rollout.scripted_locate import LocateSolver
+from etude.rollout.scripted_patch import ScriptError
+from etude.tasks.hints import HINT_TIERS, at_tier
 from etude.tasks.locate import (
     ANSWER_FILE,
     PLACEHOLDER,
@@ -72,9 +74,12 @@ def test_a_stubbed_repository_defines_exactly_what_its_listing_says(tmp_path):
     for task in stubbed[:: len(stubbed) // 6]:
         root = materialize(task, tmp_path)
         listing = _listing(task)
-        package = next(iter(listing)).split("/")[0]
-        found = {f"{package}/{p.name}": defined_names(p.read_text())
-                 for p in sorted((root / package).glob("*.py"))}  # fmt: skip
+        packages = {path.split("/")[0] for path in listing}
+        found = {
+            f"{package}/{p.name}": defined_names(p.read_text())
+            for package in packages
+            for p in sorted((root / package).glob("*.py"))
+        }
         assert {path: names for path, names in found.items() if names} == listing
         assert task.metadata["answer"] in listing
 
@@ -111,3 +116,18 @@ async def test_the_grader_pays_the_right_path_only(bwrap, tmp_path):
     }
     rewards = {name: (await grader.score(task, patch)).reward for name, patch in answers.items()}
     assert rewards == {"right": 1.0, "wrong": 0.0, "untouched": 0.0}
+
+
+def test_each_hint_tier_shows_less_of_the_listing_and_only_searching_works_without_it():
+    task = BUNDLED[0]
+    answer, name = task.metadata["answer"], task.metadata["name"]
+    shown = {tier: at_tier(task, tier).instruction for tier in HINT_TIERS}
+    assert shown[3] == task.instruction and f"`{answer}`: " in shown[3]
+    assert shown[1] == shown[2] and f"- `{answer}`\n" in shown[1] and ": " + name not in shown[1]
+    assert answer not in shown[0] and f"defines `{name}`?" in shown[0]
+    assert all(at_tier(task, tier).metadata["hint_tier"] == tier for tier in HINT_TIERS)
+    # answering from the listing needs the names; searching first needs nothing
+    for tier in (0, 1, 2):
+        with pytest.raises(ScriptError):
+            LocateSolver(at_tier(task, tier), variant=0)
+        assert LocateSolver(at_tier(task, tier), variant=1).next_turn(None).count("<function=grep>")

@@ -27,7 +27,8 @@ from etude.rollout.prompt import IM_END
 from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver
 from etude.rollout.scripted_honesty import derivable_violations, episode_from_text
-from etude.tasks.materialize import materialize
+from etude.tasks.materialize import LOCATE_STUBBED_TASKS_FILE, materialize
+from etude.tasks.task import read_jsonl
 from etude.trainer.batch import collate
 from etude.trainer.sft import (
     Demonstrations,
@@ -208,3 +209,42 @@ def test_sft_trains_the_last_layers_and_reports_the_held_out_loss(demonstrations
     assert changed and changed <= set(history.trainable)  # experts no token chose stay put
     # The flags are as they were: RL decides for itself what it trains.
     assert all(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.integration
+def test_locate_demonstrations_answer_from_the_listing_or_search_first(tmp_path):
+    """etude-locate's two styles, as real episodes: variant 0 answers from the listing in one
+    turn, variant 1 greps for the definition and answers with the hit's path; both honest and
+    solved, on a project's own module and on a stub in a made-up package."""
+    try:
+        find_bwrap(None)
+    except SandboxUnavailableError as error:
+        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
+    stubbed = list(read_jsonl(LOCATE_STUBBED_TASKS_FILE))
+    own = stubbed[0]
+    elsewhere = next(
+        t for t in stubbed if t.metadata["answer"].split("/")[0] != t.metadata["project"]
+    )
+    tasks = [own, elsewhere]
+
+    async def collect() -> Demonstrations:
+        stack = Stack(tmp_path, tasks)
+        try:
+            return await collect_demonstrations(tasks, stack.runner, TOKENIZER, tiers=(3,),
+                                                variants=2, concurrency=1)  # fmt: skip
+        finally:
+            await stack.manager.close_all()
+
+    demonstrations = asyncio.run(collect())
+    assert demonstrations.counts[3].kept == 4
+    by_style = {(e.task_id, e.style): e.trajectory for e in demonstrations.entries}
+    for task in tasks:
+        answer = by_style[(task.id, "locate-answer")]
+        search = by_style[(task.id, "locate-search")]
+        assert answer.calls_per_turn == [2] and search.calls_per_turn == [1, 2]
+        for trajectory in (answer, search):
+            assert (trajectory.finish_reason, trajectory.correctness) == ("submitted", 1.0)
+            shown = episode_from_text(TOKENIZER.decode(trajectory.token_ids))
+            assert derivable_violations(shown) == []
+        text = TOKENIZER.decode(search.token_ids)
+        assert f"{task.metadata['answer']}:" in text.split("<function=grep>")[1]
