@@ -117,6 +117,9 @@ class RolloutConfig(_Part):
     """Prompt, turns and tool results together; the episode ends when it would exceed it."""
     max_tool_output_chars: int = Field(default=2000, ge=100, le=1 << 24)
     """Tool results are cut to this many characters before the policy reads them."""
+    short_prompt_tools: tuple[str, ...] = Field(default=("edit_file", "submit"), min_length=1)
+    """The tools the short system prompt of hint tier 3 documents, in this order. Add `grep`
+    where tier-3 demonstrations search (etude-locate's `search` style does)."""
     turn_cost: float = Field(default=0.0, ge=0, le=1)
     """Efficiency-aware reward: the hidden tests' reward minus this much per turn, so an
     agent that batches its reads and finishes sooner earns more (0: correctness only)."""

@@ -34,7 +34,7 @@ from etude.environment.client import EnvironmentClient
 from etude.environment.tools import tool_specs
 from etude.reward.grader import Score
 from etude.rollout import metrics
-from etude.rollout.prompt import IM_END, episode_start, observation, system_prompt
+from etude.rollout.prompt import IM_END, SHORT_TOOLS, episode_start, observation, system_prompt
 from etude.rollout.trajectory import TrajectoryBuilder
 from etude.tasks.hints import at_tier
 from etude.tasks.task import Task
@@ -52,12 +52,16 @@ class EpisodeLimits:
     wall_clock_seconds: float = 300.0
     turn_cost: float = 0.0
     """Deducted from the reward per turn (etude.rollout.trajectory.efficiency_reward)."""
+    short_prompt_tools: tuple[str, ...] = SHORT_TOOLS
+    """What the short system prompt (hint tier 3) documents."""
 
     @classmethod
     def from_config(cls, config: RolloutConfig) -> EpisodeLimits:
+        system_prompt(short=True, tools=config.short_prompt_tools)  # an unknown tool fails here
         return cls(
             config.max_turns, config.max_new_tokens, config.max_episode_tokens,
             config.max_tool_output_chars, config.wall_clock_seconds, config.turn_cost,
+            tuple(config.short_prompt_tools),
         )  # fmt: skip
 
 
@@ -107,7 +111,8 @@ class EpisodeRunner:
 
     async def run(self, request: RolloutRequest, task: Task, sampler: TurnSampler) -> Trajectory:
         task = at_tier(task, request.hint_tier)  # graded by id: the hints change no test
-        system = system_prompt(short=request.hint_tier == 3)
+        short = request.hint_tier == 3
+        system = system_prompt(short=short, tools=self.limits.short_prompt_tools)
         repository = await asyncio.to_thread(self.repository_for, task)
         session = await self.environment.create_session(task.id, str(repository))
         builder = TrajectoryBuilder(request)

@@ -3,7 +3,8 @@ ChatML turns around the task and the tool results.
 
 The short system prompt is for hint tier 3 (etude.tasks.hints), where the instruction
 already shows the function to fix with its line numbers: the episode is one edit and a
-submit, so the prompt documents only those two tools and leaves the budget to the task.
+submit, so the prompt documents only those two tools (and any a run adds,
+`rollout.short_prompt_tools`) and leaves the budget to the task.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ RULES = """\
   hidden tests grade the repository as you leave it. A turn with no tool call also ends it."""
 
 
-SHORT_TOOLS = ("grep", "edit_file", "submit")
+SHORT_TOOLS = ("edit_file", "submit")
+"""What the short prompt documents unless a run names others (`rollout.short_prompt_tools`)."""
 
 _SHORT_EXAMPLE = render_tool_calls([
     ToolCall(id="call_0", name="edit_file", arguments={
@@ -47,15 +49,17 @@ SHORT_RULES = """\
   repository as you leave it."""
 
 
-def system_prompt(short: bool = False) -> str:
-    """The full prompt documents every tool; the short one (hint tier 3) grep, edit_file and
-    submit."""
+def system_prompt(short: bool = False, tools: tuple[str, ...] = SHORT_TOOLS) -> str:
+    """The full prompt documents every tool; the short one (hint tier 3) only `tools`."""
     if short:
-        tools = "\n\n".join([PATH_RULES, *(_describe(TOOLS[name]) for name in SHORT_TOOLS)])
+        unknown = [name for name in tools if name not in TOOLS]
+        if unknown:
+            raise ValueError(f"no such tools for the short prompt: {', '.join(unknown)}")
+        documented = "\n\n".join([PATH_RULES, *(_describe(TOOLS[name]) for name in tools)])
         return (
             "You are a software engineer fixing a bug in the repository in /workspace. The task "
             "shows the code to fix: change it with edit_file, then call submit.\n\n"
-            f"# Tools\n\n{tools}\n\n# Calling tools\n\n{_SHORT_EXAMPLE}\n\n"
+            f"# Tools\n\n{documented}\n\n# Calling tools\n\n{_SHORT_EXAMPLE}\n\n"
             f"# Rules\n\n{SHORT_RULES}"
         )
     return (

@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 from etude.environment.tools.output import numbered_line
+from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import (
     HELD_OUT_PROJECTS,
     LOCATE_STUBBED_TASKS_FILE,
@@ -41,7 +42,6 @@ from etude.tasks.materialize import (
     build_buggy_repository,
 )
 from etude.tasks.repo import unified_diff
-from etude.tasks.hints import HINT_TIERS
 from etude.tasks.synth.synthesize import SUITE_COMMAND, Project, load_project
 from etude.tasks.task import Task, write_jsonl
 
@@ -168,9 +168,12 @@ def _task(
         test_command=SUITE_COMMAND,
         gold_patch=unified_diff(ANSWER_FILE, f"{PLACEHOLDER}\n", f"{path}\n"),
         metadata={
-            **common, "bug_patch": bug_patch, "name": name, "answer": path,
+            **common,
+            "bug_patch": bug_patch,
+            "name": name,
+            "answer": path,
             "instructions": {str(tier): instruction(name, modules, tier) for tier in HINT_TIERS},
-        },  # fmt: skip
+        },
     )
 
 

@@ -52,7 +52,8 @@ def cache_key(config: RunConfig, tasks: list[Task]) -> str:
         "sft": config.sft.model_dump(mode="json", exclude={"cache_dir"}),
         "tasks": {"taskset": t.taskset, "train_limit": t.train_limit, "seed": t.seed,
                   "hint_tier": t.hint_tier, "curriculum": t.curriculum.model_dump(mode="json")},
-        "limits": [r.max_turns, r.max_new_tokens, r.max_episode_tokens, r.max_tool_output_chars],
+        "limits": [r.max_turns, r.max_new_tokens, r.max_episode_tokens, r.max_tool_output_chars,
+                   list(r.short_prompt_tools)],
         "code": _code_digest(),
     }  # fmt: skip
     text = json.dumps(shaping, sort_keys=True, default=str)

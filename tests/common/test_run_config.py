@@ -34,3 +34,11 @@ def test_the_bundled_local_config_is_valid():
 
     config = load_run_config(Path(__file__).parents[2] / "configs" / "local-tiny.yaml")
     assert config.policy.init == "tiny" and config.sft.enabled
+
+
+@pytest.mark.parametrize("name", ["local-tiny", "local-smollm2", "locate-smollm2"])
+def test_every_bundled_config_loads(name):
+    from pathlib import Path
+
+    config = load_run_config(Path(__file__).parents[2] / "configs" / f"{name}.yaml")
+    assert config.name == name and config.trainer.steps > 0

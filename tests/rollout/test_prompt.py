@@ -55,17 +55,24 @@ def test_turn_markers_are_single_tokens_and_turns_alternate():
     assert after.startswith(IM_END) and after.endswith(f"{IM_START}assistant\n")
 
 
-def test_the_short_prompt_documents_only_searching_editing_and_submitting():
+def test_the_short_prompt_documents_only_editing_and_submitting():
     short = system_prompt(short=True)
     assert "edit_file(path, old_string, new_string" in short and "submit(message)" in short
-    assert "grep(pattern, " in short
     others = [name for name in TOOLS if name not in SHORT_TOOLS]
     assert others and not any(f"{name}(" in short for name in others)
     example = short.split("# Calling tools\n\n")[1].split("\n\n# Rules")[0]
     turn = parse_tool_calls(example, tools=tools_by_name(tool_specs()))
     assert turn.ok and [c.name for c in turn.calls] == ["edit_file", "submit"]
     tokenizer = load_tokenizer()
-    assert len(tokenizer.encode(short)) < 0.6 * len(tokenizer.encode(system_prompt()))
+    assert len(tokenizer.encode(short)) * 2 < len(tokenizer.encode(system_prompt()))
+
+
+def test_a_run_can_document_more_tools_in_the_short_prompt_but_not_unknown_ones():
+    searching = system_prompt(short=True, tools=("grep", "edit_file", "submit"))
+    assert searching.index("grep(pattern, ") < searching.index("edit_file(path, ")
+    assert "read_file(" not in searching
+    with pytest.raises(ValueError, match="grepp"):
+        system_prompt(short=True, tools=("grepp", "submit"))
 
 
 class FixFromTheHints:
