@@ -57,11 +57,10 @@ class EpisodeLimits:
 
     @classmethod
     def from_config(cls, config: RolloutConfig) -> EpisodeLimits:
-        system_prompt(short=True, tools=config.short_prompt_tools)  # an unknown tool fails here
         return cls(
             config.max_turns, config.max_new_tokens, config.max_episode_tokens,
             config.max_tool_output_chars, config.wall_clock_seconds, config.turn_cost,
-            tuple(config.short_prompt_tools),
+            config.short_prompt_tools,
         )  # fmt: skip
 
 
@@ -108,11 +107,13 @@ class EpisodeRunner:
         self.repository_for = repository_for
         self.end_of_turn_id = tokenizer.convert_tokens_to_ids(IM_END)
         self._tools = tools_by_name(tool_specs())
+        # Built once: an unknown tool in `short_prompt_tools` fails here, at start-up.
+        self._full_prompt = system_prompt()
+        self._short_prompt = system_prompt(short=True, tools=limits.short_prompt_tools)
 
     async def run(self, request: RolloutRequest, task: Task, sampler: TurnSampler) -> Trajectory:
         task = at_tier(task, request.hint_tier)  # graded by id: the hints change no test
-        short = request.hint_tier == 3
-        system = system_prompt(short=short, tools=self.limits.short_prompt_tools)
+        system = self._short_prompt if request.hint_tier == 3 else self._full_prompt
         repository = await asyncio.to_thread(self.repository_for, task)
         session = await self.environment.create_session(task.id, str(repository))
         builder = TrajectoryBuilder(request)

@@ -18,12 +18,12 @@ import re
 from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.batch import ExecutedCall
 from etude.rollout.scripted_patch import ScriptError
+from etude.rollout.scripted_search import grep_hits
 from etude.tasks.locate import ANSWER_FILE, PLACEHOLDER
 from etude.tasks.task import Task
 
 _QUESTION = re.compile(r"defines `([^`]+)`\?")
 _LISTED = re.compile(r"^- `([^`]+)`: (.*)$", re.M)
-_HIT = re.compile(r"^([^\s:][^:\n]*):[0-9]+:", re.M)
 STYLES = ("answer", "search")
 
 
@@ -37,7 +37,6 @@ class LocateSolver:
         self.task = task
         self.style = STYLES[variant % len(STYLES)]
         self.done = False
-        self._searched = False
         question = _QUESTION.search(task.instruction)
         if question is None:
             raise ScriptError(f"{task.id}: the instruction asks about no name")
@@ -57,8 +56,7 @@ class LocateSolver:
     def next_turn(self, results: list[ExecutedCall] | None) -> str:
         if self.done:
             raise ScriptError(f"{self.task.id}: the answer was submitted already")
-        if self.style == "search" and not self._searched:
-            self._searched = True
+        if self.style == "search" and results is None:  # the first turn searches
             call = ToolCall(id="call_0", name="grep",
                             arguments={"pattern": definition_pattern(self.name)})  # fmt: skip
             return f"Searching for the definition of `{self.name}`.\n{render_tool_calls([call])}"
@@ -74,7 +72,7 @@ class LocateSolver:
 
     def _hit(self, results: list[ExecutedCall] | None) -> str:
         """The path of the grep's only hit (what the agent was shown)."""
-        hits = _HIT.findall(results[0].output) if results else []
-        if len(set(hits)) != 1:
-            raise ScriptError(f"{self.task.id}: the definition grep found {len(set(hits))} files")
-        return hits[0]
+        files = {path for path, _ in grep_hits(results[0].output)} if results else set()
+        if len(files) != 1:
+            raise ScriptError(f"{self.task.id}: the definition grep found {len(files)} files")
+        return files.pop()

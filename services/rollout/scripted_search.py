@@ -315,7 +315,7 @@ def _searches(
         except re.error:
             continue
         anchor, in_scope, read_chars = None, False, 0
-        for path, number in _hits(output):
+        for path, number in grep_hits(output):
             if path != edit.path:
                 continue
             w = window(probe, edit, number, cap)
@@ -326,7 +326,8 @@ def _searches(
     return list(found.values())
 
 
-def _hits(output: str) -> list[tuple[str, int]]:
+def grep_hits(output: str) -> list[tuple[str, int]]:
+    """The (path, line) of each `path:line:text` line of a grep result, paths normalised."""
     return [(normal_path(m[1]), int(m[2])) for m in _GREP_HIT.finditer(output)]
 
 

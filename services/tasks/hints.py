@@ -94,7 +94,7 @@ def instruction_at_tier(task: Task, tier: int) -> str:
             raise HintError(f"task {task.id} has no instruction at hint tier {tier}")
         return written[str(tier)]
     if current := task.metadata.get("hint_tier", 0):  # its instruction holds hints already
-        if current == tier:  # written at this tier (etude-locate's tasks are)
+        if current == tier:  # written at this tier
             return task.instruction
         raise HintError(f"task {task.id} is at hint tier {current} already, not {tier}")
     if tier == 0:

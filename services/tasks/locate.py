@@ -249,9 +249,10 @@ def stubbed_tasks(
         # package is drawn first, so a made-up package holds the answer about as often as
         # the project's own does.
         owners = _owners(modules)
-        unique = sorted(n for n, paths in owners.items() if len(paths) == 1)
         package = rng.choice(sorted({path.split("/")[0] for path in modules}))
-        name = rng.choice([n for n in unique if owners[n][0].startswith(f"{package}/")])
+        in_package = [n for n, paths in owners.items()
+                      if len(paths) == 1 and paths[0].startswith(f"{package}/")]  # fmt: skip
+        name = rng.choice(sorted(in_package))
         bug_patch = "".join(
             unified_diff(path, None, text)
             for path, text in [(ANSWER_FILE, f"{PLACEHOLDER}\n"), *sorted(stubs.items())]

@@ -60,6 +60,13 @@ class Stack:
         )  # fmt: skip
 
 
+def require_sandboxes() -> None:
+    try:
+        find_bwrap(None)
+    except SandboxUnavailableError as error:
+        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
+
+
 @pytest.fixture(scope="module")
 def tasks():
     return sample(list(hinted_tasks()), extra=0)[:3]
@@ -67,10 +74,7 @@ def tasks():
 
 @pytest.fixture(scope="module")
 def demonstrations(tasks) -> Demonstrations:
-    try:
-        find_bwrap(None)
-    except SandboxUnavailableError as error:
-        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
+    require_sandboxes()
 
     async def collect() -> Demonstrations:
         with tempfile.TemporaryDirectory(prefix="etude-sft-") as scratch:
@@ -216,10 +220,7 @@ def test_locate_demonstrations_answer_from_the_listing_or_search_first(tmp_path)
     """etude-locate's two styles, as real episodes: variant 0 answers from the listing in one
     turn, variant 1 greps for the definition and answers with the hit's path; both honest and
     solved, on a project's own module and on a stub in a made-up package."""
-    try:
-        find_bwrap(None)
-    except SandboxUnavailableError as error:
-        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
+    require_sandboxes()
     stubbed = list(read_jsonl(LOCATE_STUBBED_TASKS_FILE))
     own = stubbed[0]
     elsewhere = next(
