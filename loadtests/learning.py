@@ -25,12 +25,9 @@ from pathlib import Path
 from benchlib import argument_parser, metric, print_metrics, write_json
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-CONFIG = REPOSITORY / "configs" / "local-smollm2.yaml"
-# Held-out episodes per evaluation: 40 tasks × 4 samples in the full run.
-FULL = {
-    "tasks.eval_limit": 40, "tasks.eval_samples": 4, "tasks.eval_temperature": 1.0,
-    "trainer.steps": 30,
-}  # fmt: skip
+CONFIG = REPOSITORY / "configs" / "locate-smollm2.yaml"
+# Held-out episodes per evaluation and tier: the task set's 22 held-out tasks × 8 samples.
+FULL = {"tasks.eval_samples": 8, "tasks.eval_temperature": 1.0, "trainer.steps": 20}
 QUICK = {
     "policy.init": "tiny", "policy.serve_with": "torch", "tasks.train_limit": 2,
     "tasks.eval_limit": 1, "tasks.eval_samples": 1, "tasks.hint_tier": 3, "sft.steps": 2,

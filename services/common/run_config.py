@@ -89,6 +89,10 @@ class SftConfig(_Part):
     variants: int = Field(default=1, ge=1, le=64)
     """Demonstrations per task and tier, each a different way of working (a parallel batch
     of reads or one call per turn, search or grep first, reading before editing or not)."""
+    split_projects: bool = False
+    """Demonstrate the tasks of half the training projects and let RL train on the other
+    half's only, so RL's reward starts where the policy has seen no demonstration (as on
+    held-out projects) instead of on tasks SFT already taught it to solve."""
     held_out_fraction: float = Field(default=0.1, ge=0, lt=1)
     """Share of demonstrated tasks kept out of training for the held-out SFT loss."""
     trainable_layers: int | None = Field(default=None, ge=0, le=100_000)
@@ -123,6 +127,10 @@ class RolloutConfig(_Part):
     turn_cost: float = Field(default=0.0, ge=0, le=1)
     """Efficiency-aware reward: the hidden tests' reward minus this much per turn, so an
     agent that batches its reads and finishes sooner earns more (0: correctness only)."""
+    malformed_cost: float = Field(default=0.0, ge=0, le=1)
+    """A format penalty: minus this much per malformed call (a block the parser rejected,
+    arguments the environment refused), so RL does not reinforce the broken calls a solved
+    episode carried along — e.g. text after `submit` (0: none)."""
     wall_clock_seconds: float = Field(default=300.0, gt=0, le=7 * 86_400)
     """An episode still running after this long ends with finish reason `timeout`."""
     temperature: float = Field(default=1.0, ge=0, le=100.0)

@@ -51,16 +51,18 @@ class EpisodeLimits:
     max_tool_output_chars: int = 2000
     wall_clock_seconds: float = 300.0
     turn_cost: float = 0.0
-    """Deducted from the reward per turn (etude.rollout.trajectory.efficiency_reward)."""
+    """Deducted from the reward per turn (etude.rollout.trajectory.shaped_reward)."""
     short_prompt_tools: tuple[str, ...] = SHORT_TOOLS
     """What the short system prompt (hint tier 3) documents."""
+    malformed_cost: float = 0.0
+    """Deducted from the reward per malformed call (a format penalty)."""
 
     @classmethod
     def from_config(cls, config: RolloutConfig) -> EpisodeLimits:
         return cls(
             config.max_turns, config.max_new_tokens, config.max_episode_tokens,
             config.max_tool_output_chars, config.wall_clock_seconds, config.turn_cost,
-            config.short_prompt_tools,
+            config.short_prompt_tools, config.malformed_cost,
         )  # fmt: skip
 
 
@@ -129,7 +131,10 @@ class EpisodeRunner:
             score = await self.reward.score(task.id, session_id=session.session_id)
         finally:
             await self.environment.close_session(session.session_id)
-        trajectory = builder.finish(score.reward, score.components, reason, self.limits.turn_cost)
+        limits = self.limits
+        trajectory = builder.finish(
+            score.reward, score.components, reason, limits.turn_cost, limits.malformed_cost
+        )
         metrics.record_episode(trajectory)
         return trajectory
 

@@ -2,7 +2,7 @@
 needs aligned to each — the behaviour logprob and policy version of every token the policy
 sampled, and a loss mask that is 1 exactly there (the prompt and tool results are context,
 not actions) — plus how the episode went about it (etude.rollout.behaviour) and its reward,
-less the turns' cost when the run makes efficiency part of it (`efficiency_reward`)."""
+less the costs the run deducts for turns and malformed calls (`shaped_reward`)."""
 
 from __future__ import annotations
 
@@ -14,19 +14,23 @@ from etude.rollout.behaviour import EpisodeBehaviour
 
 NOT_SAMPLED_VERSION = -1
 REWARD_FLOOR = -1.0
-"""The turn cost takes a reward down to this at most; a correctness already below it stays."""
+"""The costs take a reward down to this at most; a correctness already below it stays."""
 
 
-def efficiency_reward(correctness: float, turns: int, turn_cost: float) -> tuple[float, float]:
-    """(reward, deduction): the reward service's `correctness` less `turn_cost` per turn,
-    floored at `REWARD_FLOOR` (or at `correctness` where that is lower already), so a long
-    episode cannot run up an unbounded penalty; the deduction is what was actually taken."""
-    if turn_cost < 0 or turns < 0:
-        raise ValueError(f"turn_cost ({turn_cost}) and turns ({turns}) must not be negative")
-    if not turn_cost:
-        return correctness, 0.0
-    reward = max(correctness - turn_cost * turns, min(correctness, REWARD_FLOOR))
-    return reward, correctness - reward
+def shaped_reward(correctness: float, costs: dict[str, float]) -> tuple[float, dict[str, float]]:
+    """(reward, deductions): the reward service's `correctness` less every cost (e.g.
+    `turn_cost` × turns, `malformed_cost` × malformed calls), floored at `REWARD_FLOOR` (or
+    at `correctness` where that is lower already), so a long or garbled episode cannot run
+    up an unbounded penalty. The deductions are what was actually taken: where the floor
+    bounds the total, each cost is scaled down by the same factor."""
+    if any(cost < 0 for cost in costs.values()):
+        raise ValueError(f"costs must not be negative: {costs}")
+    total = sum(costs.values())
+    if not total:
+        return correctness, {name: 0.0 for name in costs}
+    reward = max(correctness - total, min(correctness, REWARD_FLOOR))
+    taken = (correctness - reward) / total
+    return reward, {name: cost * taken for name, cost in costs.items()}
 
 
 @dataclass(slots=True)
@@ -67,15 +71,24 @@ class TrajectoryBuilder:
         return sum(self.loss_mask)
 
     def finish(
-        self, reward: float, components: dict[str, float], reason: str, turn_cost: float = 0.0
+        self,
+        reward: float,
+        components: dict[str, float],
+        reason: str,
+        turn_cost: float = 0.0,
+        malformed_cost: float = 0.0,
     ) -> Trajectory:
         """The trajectory of an episode the reward service scored `reward` (its correctness);
-        the trajectory's reward is `efficiency_reward(reward, turns, turn_cost)`, and its
-        components keep both parts (`correctness`, and `turn_cost`, the deduction)."""
+        the trajectory's reward is that less `turn_cost` per turn and `malformed_cost` per
+        malformed call (`shaped_reward`), and its components keep every part
+        (`correctness`, and the deductions `turn_cost` and `malformed_cost`)."""
         r, b, turns = self.request, self.behaviour, len(self.calls_per_turn)
         correctness = reward
-        reward, deduction = efficiency_reward(correctness, turns, turn_cost)
-        components = {**components, "correctness": correctness, "turn_cost": deduction}
+        reward, deductions = shaped_reward(
+            correctness,
+            {"turn_cost": turn_cost * turns, "malformed_cost": malformed_cost * b.malformed_calls},
+        )
+        components = {**components, "correctness": correctness, **deductions}
         return Trajectory(
             run_id=r.run_id, task_id=r.task_id, group_id=r.group_id,
             sample_index=r.sample_index, token_ids=self.token_ids, logprobs=self.logprobs,

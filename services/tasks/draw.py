@@ -31,3 +31,14 @@ def round_robin(tasks: Sequence[Task], seed: int | str) -> list[Task]:
     for turn in range(max((len(q) for q in queues), default=0)):
         drawn += [q[turn] for q in queues if turn < len(q)]
     return drawn
+
+
+def split_by_project(tasks: Sequence[Task], seed: int | str) -> tuple[list[Task], list[Task]]:
+    """(first, second): the projects in a seeded order, the first half of them (rounded up)
+    and the rest, each side keeping `tasks`' order. No project has tasks on both sides."""
+    projects = sorted({project_of(t) for t in tasks})
+    random.Random(f"{seed}/halves").shuffle(projects)
+    first = set(projects[: (len(projects) + 1) // 2])
+    return [t for t in tasks if project_of(t) in first], [
+        t for t in tasks if project_of(t) not in first
+    ]

@@ -41,6 +41,7 @@ from etude.rollout.orchestrator import Orchestrator, TaskCycle, WaitedBatch
 from etude.rollout.repositories import RepositoryCache
 from etude.rollout.service import policy_tokenizer
 from etude.rollout.streams import rollout_queue, trajectory_queue
+from etude.tasks.draw import split_by_project
 from etude.tasks.materialize import PROJECTS_DIR
 from etude.trainer import checkpoint, metrics, sft_cache
 from etude.trainer.publish import WeightPublisher
@@ -85,6 +86,13 @@ class TrainingRun:
         self.policy_source = resolve_init(config.policy.init, settings.stack.models_dir)
         self.tokenizer = policy_tokenizer(config, settings.stack.models_dir)
         self.train_tasks, self.eval_tasks = load_taskset(config.tasks)
+        self.demonstrated_tasks, self.rl_tasks = self.train_tasks, self.train_tasks
+        if config.sft.split_projects:
+            self.demonstrated_tasks, self.rl_tasks = split_by_project(
+                self.train_tasks, config.tasks.seed
+            )
+            if not self.rl_tasks:
+                raise ValueError("sft.split_projects needs training tasks from two projects")
         self.model = self._in_trainer_precision(
             from_pretrained(self.policy_source, seed=config.policy.seed)
         )
@@ -116,7 +124,7 @@ class TrainingRun:
             run_id=self.run_id,
             rollouts=rollout_queue(self.redis, self.run_id, "orchestrator", settings.queue),
             trajectories=trajectory_queue(self.redis, self.run_id, "trainer", settings.queue),
-            tasks=TaskCycle(self.train_tasks, config.tasks.seed),
+            tasks=TaskCycle(self.rl_tasks, config.tasks.seed),
             group_size=r.group_size, groups_per_step=r.groups_per_step,
             over_provision=r.over_provision, max_staleness=r.max_staleness,
             hint_tier=config.tasks.hint_tier,
@@ -190,7 +198,7 @@ class TrainingRun:
         if self.resumed or not sft.enabled or sft.steps == 0:
             return {}
         if sft.cache_dir is not None:
-            key = sft_cache.cache_key(self.config, self.train_tasks)
+            key = sft_cache.cache_key(self.config, self.demonstrated_tasks)
             cached = sft_cache.cached_policy(sft.cache_dir, key)
             if cached is not None:
                 on_progress(f"SFT policy from the cache: {cached}")
@@ -209,7 +217,7 @@ class TrainingRun:
 
     async def _sft(self, on_progress: Callable[[str], None]) -> dict:
         sft = self.config.sft
-        tasks = self.train_tasks[: sft.demonstrations or len(self.train_tasks)]
+        tasks = self.demonstrated_tasks[: sft.demonstrations or len(self.demonstrated_tasks)]
         tiers = sft.hint_tiers or training_tiers(self.config.tasks)
         on_progress(f"writing {len(tasks)} × {len(tiers)} tiers × {sft.variants} demonstrations")
         demos = await collect_demonstrations(

@@ -16,7 +16,7 @@ from etude.rollout.behaviour import (
     malformed_blocks,
     workspace_path,
 )
-from etude.rollout.trajectory import efficiency_reward
+from etude.rollout.trajectory import shaped_reward
 from tests.rollout.test_agent import REQUEST, TASK, TOKENIZER, TextTurns, cache, runner  # noqa: F401
 from tests.tasks.conftest import bwrap  # noqa: F401
 
@@ -206,19 +206,31 @@ def test_ratios_without_a_denominator_are_left_out_not_reported_as_zero():
 # -- the efficiency-aware reward ---------------------------------------------------------------
 
 
+def turned(correctness: float, turns: int, cost: float) -> tuple[float, float]:
+    reward, taken = shaped_reward(correctness, {"turn_cost": cost * turns})
+    return reward, taken["turn_cost"]
+
+
 def test_turn_cost_zero_leaves_every_reward_as_the_reward_service_gave_it():
     for correctness in (1.0, 0.0, 0.37, -0.5, -3.0):
         for turns in (0, 1, 6, 1000):
-            assert efficiency_reward(correctness, turns, 0.0) == (correctness, 0.0)
+            assert turned(correctness, turns, 0.0) == (correctness, 0.0)
 
 
 def test_with_a_turn_cost_fewer_turns_earn_more_and_the_floor_bounds_the_deduction():
-    assert efficiency_reward(1.0, 2, 0.1)[0] > efficiency_reward(1.0, 4, 0.1)[0]
-    assert efficiency_reward(1.0, 4, 0.1) == pytest.approx((0.6, 0.4))
-    assert efficiency_reward(0.0, 30, 0.1) == pytest.approx((-1.0, 1.0))  # floored
-    assert efficiency_reward(-2.0, 5, 0.1) == (-2.0, 0.0)  # already below the floor
+    assert turned(1.0, 2, 0.1)[0] > turned(1.0, 4, 0.1)[0]
+    assert turned(1.0, 4, 0.1) == pytest.approx((0.6, 0.4))
+    assert turned(0.0, 30, 0.1) == pytest.approx((-1.0, 1.0))  # floored
+    assert turned(-2.0, 5, 0.1) == (-2.0, 0.0)  # already below the floor
     with pytest.raises(ValueError, match="must not be negative"):
-        efficiency_reward(1.0, 3, -0.1)
+        turned(1.0, 3, -0.1)
+
+
+def test_where_the_floor_bounds_several_costs_each_is_scaled_by_the_same_factor():
+    reward, taken = shaped_reward(0.5, {"turn_cost": 1.2, "malformed_cost": 0.6})
+    assert reward == -1.0
+    assert taken == pytest.approx({"turn_cost": 1.0, "malformed_cost": 0.5})
+    assert sum(taken.values()) == pytest.approx(0.5 - reward)
 
 
 # -- through the agent loop ------------------------------------------------------------------
@@ -282,3 +294,20 @@ async def test_same_correctness_fewer_turns_earn_more_and_no_cost_changes_nothin
     )
     assert (short.reads_before_first_edit, short.blind_edits, short.edits) == (1, 0, 1)
     assert long.reads_before_first_edit == 2
+
+
+@pytest.mark.integration
+async def test_a_malformed_cost_makes_a_solved_episode_with_broken_calls_earn_less(runner):  # noqa: F811
+    garbled = "<tool_call>\n<function=read_file>\n</tool_call>\n"  # no path: rejected
+    strict = runner(max_episode_tokens=8192, malformed_cost=0.1)
+    clean = await strict.run(REQUEST, TASK, solving_turns())
+    broken = await strict.run(REQUEST, TASK, solving_turns(garbled + garbled))
+    assert clean.correctness == broken.correctness == 1.0
+    assert (clean.malformed_calls, broken.malformed_calls) == (0, 2)
+    assert clean.reward == 1.0
+    assert broken.reward == pytest.approx(1.0 - 0.2)
+    assert broken.reward_components["malformed_cost"] == pytest.approx(0.2)
+    lenient = await runner(max_episode_tokens=8192).run(
+        REQUEST, TASK, solving_turns(garbled + garbled)
+    )
+    assert lenient.reward == 1.0 and lenient.reward_components["malformed_cost"] == 0.0

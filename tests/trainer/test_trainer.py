@@ -118,11 +118,11 @@ def test_trainable_layers_move_only_the_last_layers_and_the_final_norm():
 def test_pass_rate_counts_correctness_not_rewards_a_turn_cost_took_below_one():
     import msgspec
 
-    from etude.rollout.trajectory import efficiency_reward
+    from etude.rollout.trajectory import shaped_reward
 
     def costed(group: str, index: int, correctness: float, turns: int) -> Trajectory:
-        reward, deduction = efficiency_reward(correctness, turns, turn_cost=0.1)
-        components = {"correctness": correctness, "turn_cost": deduction}
+        reward, deductions = shaped_reward(correctness, {"turn_cost": 0.1 * turns})
+        components = {"correctness": correctness, **deductions}
         return msgspec.structs.replace(
             _trajectory(group, index, reward), reward_components=components
         )
