@@ -1,4 +1,4 @@
-# Étude — `make run` trains a tiny policy on the local stack (SFT, then RL); `make test` runs the suite.
+# Étude — `make run` trains SmolLM2-135M on the local stack (SFT, then RL); `make test` runs the suite.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -28,8 +28,8 @@ proto: $(STAMP)  ## Regenerate the gRPC stubs in services/api/v1 from proto/.
 docs: $(STAMP)  ## Regenerate docs/configuration.md from the settings classes.
 	$(BIN)/python -m etude.cli.reference > docs/configuration.md
 
-run: $(STAMP)  ## Train the tiny policy on etude-mini: local stack, SFT warm start, RL, pass@1.
-	$(BIN)/etude train configs/local-tiny.yaml
+run: $(STAMP)  ## SmolLM2-135M learns to locate definitions: local stack, SFT warm start (built once, cached under .etude/models), RL, held-out pass@1 before and after.
+	$(BIN)/etude train configs/locate-smollm2.yaml
 
 smoke: $(STAMP)  ## Start the local stack, check every part end to end, stop it.
 	$(BIN)/etude up --smoke

@@ -8,6 +8,9 @@ last quarter of the RL steps.
     python loadtests/learning.py --json out.json          # the full run (≤ 2 h on 2 cores)
     python loadtests/learning.py --quick --json out.json  # a smoke of the same path
 
+With `--json out.json` the run's curve goes to out.png: training reward and pass rate per
+step, held-out pass@1 before and after at each tier with its 95% interval.
+
 `--quick` runs the same command on the 11 M `tiny` preset with a handful of tasks and steps,
 so it finishes in about a minute; its figures check the path, not learning.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,8 +42,11 @@ QUICK = {
 BEHAVIOUR = ("parallel_share", "blind_edit_rate", "malformed_rate")
 
 
-def train(overrides: dict, output_dir: Path, run_dir: Path) -> tuple[dict, list[dict], float]:
-    """Run `etude train`; its summary.json, its metrics.jsonl records and the wall time."""
+def train(
+    overrides: dict, output_dir: Path, run_dir: Path, plot: Path | None
+) -> tuple[dict, list[dict], float]:
+    """Run `etude train`; its summary.json, its metrics.jsonl records and the wall time. The
+    run's curve (training reward, held-out pass@1 with intervals) is copied to `plot`."""
     command = [sys.executable, "-m", "etude.cli", "train", str(CONFIG),
                "--run-dir", str(run_dir), "--set", f"output_dir={output_dir}"]  # fmt: skip
     for key, value in overrides.items():
@@ -50,6 +57,8 @@ def train(overrides: dict, output_dir: Path, run_dir: Path) -> tuple[dict, list[
     [run] = [d for d in output_dir.iterdir() if d.is_dir()]
     summary = json.loads((run / "summary.json").read_text())
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    if plot is not None:
+        shutil.copyfile(run / "reward_curve.png", plot)
     return summary, records, wall
 
 
@@ -95,7 +104,10 @@ def main() -> None:
     tier = overrides.get("tasks.hint_tier", 3)
     overrides["tasks.eval_tiers"] = [tier] if args.quick else [tier, 0]
     with tempfile.TemporaryDirectory(prefix="etude-learning-") as scratch:
-        summary, records, wall = train(overrides, Path(scratch) / "runs", Path(scratch) / "stack")
+        plot = Path(args.json).with_suffix(".png") if args.json else None
+        summary, records, wall = train(
+            overrides, Path(scratch) / "runs", Path(scratch) / "stack", plot
+        )
     results = figures(summary, records, wall)
     print_metrics("learning" + (" (quick: the path, not learning)" if args.quick else ""), results)
     write_json(args.json, "learning", results, quick=args.quick,

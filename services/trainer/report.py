@@ -46,7 +46,19 @@ class Reporter:
         (self.output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         if self._writer is not None:
             self._writer.close()
-        return plot_reward_curve(self.history(), self.output_dir / "reward_curve.png")
+        held_out = held_out_points(summary, last_step=summary.get("steps") or 0)
+        return plot_reward_curve(self.history(), self.output_dir / "reward_curve.png", held_out)
+
+
+def held_out_points(summary: dict[str, Any], last_step: int) -> list[dict[str, Any]]:
+    """The summary's held-out evaluations as points of the curve: before RL at step 0, after
+    it at `last_step`, one series per tier, each with its pass@1 and 95% interval."""
+    points = []
+    for label, step in (("eval_before", 0), ("eval_after", last_step)):
+        for tier, e in ((summary.get(label) or {}).get("by_tier") or {}).items():
+            points.append({"tier": str(tier), "step": step, "pass": e["pass_at_1"],
+                           "low": e["ci_low"], "high": e["ci_high"]})  # fmt: skip
+    return points
 
 
 def _export(values: dict[str, float]) -> None:
@@ -82,7 +94,11 @@ def _export_behaviour(values: dict[str, float]) -> None:
             metrics.FINISH_SHARE.labels(key.removeprefix(FINISH_PREFIX)).set(value)
 
 
-def plot_reward_curve(history: list[dict[str, Any]], path: Path) -> Path:
+def plot_reward_curve(
+    history: list[dict[str, Any]], path: Path, held_out: list[dict[str, Any]] = ()
+) -> Path:
+    """Training reward and pass rate per RL step; held-out pass@1 (`held_out_points`) as
+    points with their 95% intervals, so a reader sees whether the gain is beyond the noise."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,12 +109,21 @@ def plot_reward_curve(history: list[dict[str, Any]], path: Path) -> Path:
     figure, axis = plt.subplots(figsize=(6, 3.5), dpi=100)
     axis.plot(steps, [r["reward_mean"] for r in history], marker="o", label="mean reward")
     axis.plot(steps, [r["pass_rate"] for r in history], marker="s", label="pass rate")
+    for tier in sorted({p["tier"] for p in held_out}):
+        series = [p for p in held_out if p["tier"] == tier]
+        passes = [p["pass"] for p in series]
+        axis.errorbar(
+            [p["step"] for p in series], passes, capsize=4, marker="D", linestyle="--",
+            yerr=[[max(0.0, v - p["low"]) for v, p in zip(passes, series)],
+                  [max(0.0, p["high"] - v) for v, p in zip(passes, series)]],
+            label=f"held-out pass@1, tier {tier} (95% CI)",
+        )  # fmt: skip
     axis.set_xlabel("RL step")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_ylim(-0.05, 1.05)
     axis.grid(alpha=0.3)
-    axis.legend(loc="upper left")
-    axis.set_title("Training reward")
+    axis.legend(loc="upper left", fontsize="small")
+    axis.set_title("Training reward and held-out pass@1")
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)

@@ -90,3 +90,34 @@ def test_an_evaluations_behaviour_is_logged_under_its_phase_and_leaves_the_gauge
         (0, 1.0)
     ]
     assert REGISTRY.get_sample_value("etude_trainer_turns_per_episode") == 2.5  # the RL step's
+
+
+def test_the_curve_shows_held_out_pass_at_1_before_and_after_with_its_intervals(tmp_path):
+    from PIL import Image
+
+    from etude.trainer.report import held_out_points
+
+    def evaluation(passed: int, low: float, high: float) -> dict:
+        tier = {"pass_at_1": passed / 88, "ci_low": low, "ci_high": high, "passed": passed,
+                "episodes": 88}  # fmt: skip
+        tier_0 = {**tier, "pass_at_1": 0.0, "ci_low": 0.0, "ci_high": 0.04, "passed": 0}
+        return {"tier": 3, "by_tier": {"3": tier, "0": tier_0}}
+
+    summary = {"steps": 4, "eval_before": evaluation(26, 0.21, 0.40),
+               "eval_after": evaluation(47, 0.43, 0.63)}  # fmt: skip
+    points = held_out_points(summary, last_step=4)
+    assert [(p["tier"], p["step"]) for p in points] == [("3", 0), ("0", 0), ("3", 4), ("0", 4)]
+    assert (points[2]["pass"], points[2]["low"], points[2]["high"]) == (47 / 88, 0.43, 0.63)
+    assert held_out_points({"steps": 4}, last_step=4) == []  # a run without evaluations
+
+    reporter = Reporter(tmp_path, tensorboard=False)
+    for step, reward in enumerate((0.3, 0.5, 0.6, 0.8), start=1):
+        reporter.log(step, {"reward_mean": reward, "pass_rate": reward})
+    with_points = Image.open(reporter.finish(summary)).convert("RGB")
+    plain = Reporter(tmp_path / "plain", tensorboard=False)
+    for step, reward in enumerate((0.3, 0.5, 0.6, 0.8), start=1):
+        plain.log(step, {"reward_mean": reward, "pass_rate": reward})
+    without = Image.open(plain.finish({"steps": 4})).convert("RGB")
+    # The held-out series draws a third and a fourth colour (matplotlib's C2, C3).
+    assert {(44, 160, 44), (214, 39, 40)} <= set(with_points.getdata())
+    assert not {(44, 160, 44), (214, 39, 40)} & set(without.getdata())

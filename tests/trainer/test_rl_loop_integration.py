@@ -19,6 +19,7 @@ from etude.common.settings import QueueSettings
 from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained
 from etude.rollout.orchestrator import Orchestrator, TaskCycle
+from etude.tasks.draw import project_of
 from etude.rollout.streams import rollout_queue, rollout_stream, trajectory_queue
 from etude.trainer import checkpoint
 from etude.trainer.run import TrainingRun
@@ -210,6 +211,30 @@ async def test_the_kl_reference_is_the_policy_rl_starts_from_even_after_a_resume
     assert _weights(resumed.model) == moved
     assert _weights(resumed.trainer.reference) == sft_policy
     await resumed.close()
+
+
+async def test_with_split_projects_rl_trains_on_projects_sft_never_demonstrated(stack, tmp_path):
+    config = parse_run_config({
+        **LOOP_CONFIG, "output_dir": str(tmp_path),
+        "tasks": {"taskset": "etude-locate-stubbed", "train_limit": 4, "eval_limit": 0,
+                  "hint_tier": 3},
+        "sft": {"steps": 1, "batch_size": 2, "lr": 1e-3, "held_out_fraction": 0.0,
+                "split_projects": True},
+    })  # fmt: skip
+    where = endpoints(stack)
+    run = TrainingRun(await register(where.redis_url, config), config, where, stack.settings)
+    await run.setup()
+    try:
+        demonstrated = {project_of(t) for t in run.demonstrated_tasks}
+        trained = {project_of(t) for t in run.orchestrator.tasks.tasks}
+        assert len(demonstrated) == len(trained) == 2 and not demonstrated & trained
+        assert {t.id for t in run.train_tasks} == {
+            t.id for t in run.demonstrated_tasks + run.orchestrator.tasks.tasks
+        }
+        summary = await run.warm_start()
+        assert summary["demonstrations"] == 2  # the two demonstrated tasks, tier 3, one style
+    finally:
+        await run.close()
 
 
 def _weights(model) -> dict[str, list]:
