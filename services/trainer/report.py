@@ -114,8 +114,8 @@ def plot_reward_curve(
         passes = [p["pass"] for p in series]
         axis.errorbar(
             [p["step"] for p in series], passes, capsize=4, marker="D", linestyle="--",
-            yerr=[[max(0.0, v - p["low"]) for v, p in zip(passes, series)],
-                  [max(0.0, p["high"] - v) for v, p in zip(passes, series)]],
+            yerr=[[max(0.0, v - p["low"]) for v, p in zip(passes, series, strict=True)],
+                  [max(0.0, p["high"] - v) for v, p in zip(passes, series, strict=True)]],
             label=f"held-out pass@1, tier {tier} (95% CI)",
         )  # fmt: skip
     axis.set_xlabel("RL step")

@@ -19,8 +19,8 @@ from etude.common.settings import QueueSettings
 from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained
 from etude.rollout.orchestrator import Orchestrator, TaskCycle
-from etude.tasks.draw import project_of
 from etude.rollout.streams import rollout_queue, rollout_stream, trajectory_queue
+from etude.tasks.draw import project_of
 from etude.trainer import checkpoint
 from etude.trainer.run import TrainingRun
 from etude.trainer.taskset import load_taskset
