@@ -35,12 +35,12 @@ from transformers import AutoModelForCausalLM
 
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.settings import GrpcSettings
-from etude.inference.backend import GenerationRequest, SamplingParams
 from etude.inference.client import GrpcInference
 from etude.inference.engine import EngineConfig
 from etude.inference.server import InferenceServicer, registration
 from etude.inference.serving import Serving
 from etude.inference.torch_backend import TorchBackend
+from etude.inference.types import GenerationRequest, SamplingParams
 from etude.model.checkpoint import build_model, load_model, save_checkpoint
 from etude.model.config import preset
 from etude.model.tokenizer import load_tokenizer

@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from benchlib import argument_parser, metric, print_metrics, write_json
 
-from etude.inference.backend import GenerationRequest, SamplingParams
 from etude.inference.engine import EngineConfig
 from etude.inference.torch_backend import TorchBackend
+from etude.inference.types import GenerationRequest, SamplingParams
 from etude.model.checkpoint import load_model
 from etude.model.model import Transformer
 from etude.model.pretrained import resolve_init

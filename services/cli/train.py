@@ -429,7 +429,7 @@ class _Driver:
             ("SFT loss first → last", sft_loss),
             ("SFT held-out loss first → last",
              _pair(summary.get("sft_held_out_first_nll"), summary.get("sft_held_out_final_nll"))),
-            ("training reward first → last step",
+            ("training reward, first → last quarter of the steps",
              _pair(summary.get("train_reward_first"), summary.get("train_reward_last"))),
         ]  # fmt: skip
         for tier, first in (before.get("by_tier") or {}).items():
@@ -446,8 +446,8 @@ class _Driver:
 
 # Eval behaviour the summary shows before → after (all of it is in metrics.jsonl).
 BEHAVIOUR_SHOWN = (
-    "turns_per_episode", "tool_calls_per_turn", "parallel_share", "blind_edit_rate",
-    "malformed_rate", "finish_submitted",
+    "turns_per_episode", "tool_calls_per_turn", "parallel_share", "reads_before_first_edit",
+    "blind_edit_rate", "malformed_rate", "finish_submitted",
 )  # fmt: skip
 
 

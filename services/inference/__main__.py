@@ -9,7 +9,7 @@ import logging
 from etude.common.grpc_server import Registration, run_service
 from etude.common.http_server import serve_http
 from etude.common.logging import log_fields
-from etude.inference.backends import start_backend
+from etude.inference.backend_factory import start_backend
 from etude.inference.config import InferenceSettings
 from etude.inference.metrics import watch_backend
 from etude.inference.openai_api import create_app

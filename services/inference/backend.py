@@ -1,139 +1,17 @@
-"""The interface every inference backend implements, and the plain types it speaks.
-
-The server converts protobuf messages to these types at its boundary, so a backend never
-sees gRPC. Two backends exist: `torch` (etude.inference.engine, the same model code the
-trainer runs) and `vllm` (etude.inference.vllm_backend).
+"""The interface every inference backend implements. Two exist: `torch`
+(etude.inference.torch_backend over etude.inference.engine, the same model code the trainer
+runs) and `vllm` (etude.inference.vllm_backend); etude.inference.backend_factory starts the
+configured one. They speak the plain types of etude.inference.types.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 import torch
 
-from etude.common.request_checks import InvalidFieldError, check_text
-
-FinishReason = Literal["stop", "length", "cancelled"]
-
-
-class InferenceError(Exception):
-    """A request the backend refuses (bad sampling parameters, prompt too long...)."""
-
-
-class EngineFault(RuntimeError):
-    """An internal error of the engine ended this request; the backend keeps serving."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SamplingParams:
-    temperature: float = 1.0
-    """0 means greedy."""
-    top_p: float = 1.0
-    """1.0 disables nucleus sampling."""
-    top_k: int = 0
-    """0 disables top-k."""
-    max_tokens: int = 16
-    stop: tuple[str, ...] = ()
-    """Generation ends once the decoded completion contains one of these strings."""
-    seed: int | None = None
-    """Set to make sampling reproducible, whatever else is batched alongside."""
-    n: int = 1
-    """Completions for the prompt; they share the prompt's prefill."""
-    stop_token_ids: tuple[int, ...] = ()
-    """Generation also ends after sampling one of these (kept in the output), e.g. the
-    chat template's end-of-turn token."""
-    ignore_eos: bool = False
-    """Keep generating past the end-of-sequence token (benchmarks want fixed lengths)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GenerationRequest:
-    request_id: str
-    prompt_token_ids: tuple[int, ...]
-    sampling: SamplingParams = SamplingParams()
-
-
-@dataclass(kw_only=True, slots=True)
-class CompletionDelta:
-    """New tokens of completion `index` since its previous delta."""
-
-    index: int
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    """Log-probability of each sampled token under the distribution it was sampled from,
-    before temperature, top-k or top-p are applied (what the trainer recomputes)."""
-    policy_versions: list[int] = field(default_factory=list)
-    """The policy version each token was sampled under."""
-    text: str = ""
-    finish_reason: FinishReason | None = None
-    """Set on the completion's last delta only."""
-
-
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    running: int
-    waiting: int
-    kv_cache_usage: float
-    """Fraction of the KV cache in use, 0..1."""
-
-
-MAX_COMPLETIONS = 128
-"""Most completions one request may ask for where the backend has no tighter bound."""
-MAX_TOKENS = (1 << 31) - 1
-"""What the wire's int32 carries; the context length ends a completion well before."""
-MAX_STOP_STRINGS, MAX_STOP_CHARS, MAX_STOP_TOKEN_IDS = 32, 1024, 1024
-SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
-
-
-def validate_request(
-    request: GenerationRequest, *, max_model_len: int, vocab_size: int, max_n: int | None = None
-) -> None:
-    """Raise InferenceError naming every problem of a request any backend would refuse.
-
-    Every number must be finite and in range before it reaches the sampler: one NaN
-    temperature turns the probabilities into NaN, and the sampling step fails for the
-    whole batch."""
-    p, prompt = request.sampling, request.prompt_token_ids
-    max_n = max_n or MAX_COMPLETIONS
-    problems = []
-    try:
-        check_text(request.request_id, "request_id", required=True)
-    except InvalidFieldError as error:
-        problems.append(str(error))
-    if not prompt:
-        problems.append("the prompt is empty")
-    elif len(prompt) >= max_model_len:
-        problems.append(
-            f"the prompt has {len(prompt)} tokens; the context holds {max_model_len}"
-            " (max_model_len: prompt plus at least one generated token)"
-        )
-    elif not all(0 <= t < vocab_size for t in prompt):
-        problems.append(f"prompt token ids must be in 0..{vocab_size - 1}")
-    if not 1 <= p.max_tokens <= MAX_TOKENS:
-        problems.append(f"max_tokens must be in 1..{MAX_TOKENS}")
-    if not 1 <= p.n <= max_n:
-        problems.append(f"n must be in 1..{max_n}")
-    if not (math.isfinite(p.temperature) and p.temperature >= 0):
-        problems.append(f"temperature must be a finite number ≥ 0, not {p.temperature!r}")
-    if not 0 < p.top_p <= 1:  # False for NaN as well
-        problems.append(f"top_p must be in (0, 1], not {p.top_p!r}")
-    if p.top_k < -1:
-        problems.append("top_k must be ≥ 0 (0 or -1 disable it)")
-    if p.seed is not None and not SEED_RANGE[0] <= p.seed <= SEED_RANGE[1]:
-        problems.append("seed must fit in a signed 64-bit integer")
-    if len(p.stop) > MAX_STOP_STRINGS:
-        problems.append(f"stop has {len(p.stop)} strings; at most {MAX_STOP_STRINGS}")
-    elif not all(0 < len(s) <= MAX_STOP_CHARS for s in p.stop):
-        problems.append(f"stop strings must have 1..{MAX_STOP_CHARS} characters")
-    if len(p.stop_token_ids) > MAX_STOP_TOKEN_IDS:
-        problems.append(f"stop_token_ids has more than {MAX_STOP_TOKEN_IDS} entries")
-    elif not all(0 <= t < vocab_size for t in p.stop_token_ids):
-        problems.append(f"stop_token_ids must be in 0..{vocab_size - 1}")
-    if problems:
-        raise InferenceError("; ".join(problems))
+from etude.inference.types import CompletionDelta, EngineStats, GenerationRequest
 
 
 class Tokenizer(Protocol):

@@ -14,7 +14,7 @@ from grpc import aio
 from etude.api.v1 import inference_pb2, inference_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
-from etude.inference.backend import CompletionDelta, GenerationRequest, InferenceError
+from etude.inference.types import CompletionDelta, GenerationRequest, InferenceError
 from etude.inference.weight_stream import DEFAULT_CHUNK_BYTES, chunks
 from etude.inference.wire import delta_from_proto, request_to_proto
 

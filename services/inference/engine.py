@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from etude.inference.backend import (
+from etude.inference.backend import Tokenizer
+from etude.inference.sampling import sample, sequence_generator
+from etude.inference.types import (
     CompletionDelta,
     EngineStats,
     GenerationRequest,
     InferenceError,
     SamplingParams,
-    Tokenizer,
     validate_request,
 )
-from etude.inference.sampling import sample, sequence_generator
 from etude.model.kv_cache import CacheBatch, KVCache
 from etude.model.model import Transformer
 from etude.model.state_dict_adapter import StateDictAdapter

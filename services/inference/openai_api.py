@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from etude.common.auth import ACCESS, Verifier, bearer
 from etude.common.settings import get_settings
-from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
 from etude.inference.serving import Serving
+from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
 
 
 class CompletionRequest(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from etude.inference.backend import SamplingParams
+from etude.inference.types import SamplingParams
 
 GREEDY_BELOW = 1e-5
 """Temperatures under this sample greedily, as vLLM does: dividing logits by 1e-30 makes

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import torch
 
-from etude.inference.backend import CompletionDelta, GenerationRequest, InferenceBackend
+from etude.inference.backend import InferenceBackend
 from etude.inference.metrics import (
     INTER_TOKEN_LATENCY,
     PROMPT_TOKENS,
@@ -17,6 +17,7 @@ from etude.inference.metrics import (
     TOKENS_GENERATED,
     WEIGHT_UPDATE_SECONDS,
 )
+from etude.inference.types import CompletionDelta, GenerationRequest
 
 
 class Serving:

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import torch
 
-from etude.inference.backend import (
+from etude.inference.engine import EngineConfig, TorchEngine
+from etude.inference.types import (
     CompletionDelta,
     EngineFault,
     EngineStats,
     GenerationRequest,
     InferenceError,
 )
-from etude.inference.engine import EngineConfig, TorchEngine
 from etude.model.checkpoint import from_pretrained
 from etude.model.model import Transformer
 from etude.model.tokenizer import load_tokenizer

@@ -74,7 +74,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
-from etude.inference.backend import (
+from etude.inference.types import (
     CompletionDelta,
     EngineStats,
     FinishReason,

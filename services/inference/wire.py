@@ -5,12 +5,7 @@ from __future__ import annotations
 from google.protobuf import unknown_fields
 
 from etude.api.v1 import inference_pb2
-from etude.inference.backend import (
-    CompletionDelta,
-    GenerationRequest,
-    InferenceError,
-    SamplingParams,
-)
+from etude.inference.types import CompletionDelta, GenerationRequest, InferenceError, SamplingParams
 
 MAX_PROMPT_TEXT_CHARS = 1 << 20
 """Far more than any context holds (a token is rarely over 16 characters)."""

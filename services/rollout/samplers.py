@@ -8,7 +8,7 @@ from typing import Protocol
 
 from etude.common.payloads import RolloutRequest
 from etude.environment.batch import ExecutedCall
-from etude.inference.backend import CompletionDelta, GenerationRequest, SamplingParams
+from etude.inference.types import CompletionDelta, GenerationRequest, SamplingParams
 from etude.rollout.agent import SampledTurn, Tokenizer
 from etude.rollout.prompt import IM_END
 from etude.rollout.scripted import ScriptedSolver, ScriptError

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import torch
 
-from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
+from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
 from etude.model.checkpoint import build_model
 from tests.inference.completions import run_request
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
 from etude.inference.engine import EngineConfig
 from etude.inference.torch_backend import TorchBackend
+from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
 from etude.model.checkpoint import build_model, load_model, save_checkpoint
 from etude.model.upcycling import upcycle
 from tests.inference.completions import run_request

@@ -13,7 +13,7 @@ import importlib.util
 import pytest
 import torch
 
-from etude.inference.backend import GenerationRequest, SamplingParams
+from etude.inference.types import GenerationRequest, SamplingParams
 from etude.model.checkpoint import build_model, load_model, save_checkpoint
 from etude.model.upcycling import upcycle
 from tests.inference.completions import run_request

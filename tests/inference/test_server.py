@@ -19,12 +19,12 @@ from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.net import free_port
 from etude.common.settings import ClientSettings, GrpcSettings, get_settings
-from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
 from etude.inference.client import GrpcInference
 from etude.inference.metrics import watch_backend
 from etude.inference.openai_api import create_app
 from etude.inference.server import InferenceServicer, registration
 from etude.inference.serving import Serving
+from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
 from etude.model.checkpoint import build_model
 from etude.model.state_dict_adapter import StateDictAdapter
 from tests.inference.completions import run_request

@@ -14,8 +14,8 @@ import torch
 from etude.cli.stack import LocalStack, ServiceSpec
 from etude.common.auth import bearer_header
 from etude.common.settings import EtudeSettings, StackSettings, get_settings
-from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
 from etude.inference.client import GrpcInference
+from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
 from etude.model.checkpoint import from_pretrained
 from etude.model.tokenizer import load_tokenizer
 from tests.inference.completions import run_request

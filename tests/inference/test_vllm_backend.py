@@ -18,7 +18,7 @@ import pytest_asyncio
 import torch
 from safetensors.torch import load_file
 
-from etude.inference.backend import GenerationRequest, InferenceError, SamplingParams
+from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
 from tests.inference.completions import run_request
 
 pytestmark = [
@@ -51,7 +51,7 @@ def _train_tokenizer():
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    texts = [(REPO / p).read_text() for p in ("README.md", "services/inference/backend.py")]
+    texts = [(REPO / p).read_text() for p in ("README.md", "services/inference/types.py")]
     tok.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 
 from etude.common.payloads import PayloadCodec, RolloutRequest, Trajectory, encode, schema_of
-from etude.inference.backend import GenerationRequest, SamplingParams
 from etude.inference.engine import EngineConfig
 from etude.inference.torch_backend import TorchBackend
+from etude.inference.types import GenerationRequest, SamplingParams
 from etude.model.checkpoint import build_model
 from etude.model.tokenizer import load_tokenizer
 from etude.rollout.trajectory import TrajectoryBuilder
