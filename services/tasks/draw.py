@@ -38,7 +38,9 @@ def split_by_project(tasks: Sequence[Task], seed: int | str) -> tuple[list[Task]
     and the rest, each side keeping `tasks`' order. No project has tasks on both sides."""
     projects = sorted({project_of(t) for t in tasks})
     random.Random(f"{seed}/halves").shuffle(projects)
-    first = set(projects[: (len(projects) + 1) // 2])
-    return [t for t in tasks if project_of(t) in first], [
-        t for t in tasks if project_of(t) not in first
-    ]
+    first_projects = set(projects[: (len(projects) + 1) // 2])
+    first: list[Task] = []
+    second: list[Task] = []
+    for task in tasks:
+        (first if project_of(task) in first_projects else second).append(task)
+    return first, second
