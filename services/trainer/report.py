@@ -46,15 +46,16 @@ class Reporter:
         (self.output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         if self._writer is not None:
             self._writer.close()
-        held_out = held_out_points(summary, last_step=summary.get("steps") or 0)
-        return plot_reward_curve(self.history(), self.output_dir / "reward_curve.png", held_out)
+        curve = self.output_dir / "reward_curve.png"
+        return plot_reward_curve(self.history(), curve, held_out_points(summary))
 
 
-def held_out_points(summary: dict[str, Any], last_step: int) -> list[dict[str, Any]]:
+def held_out_points(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The summary's held-out evaluations as points of the curve: before RL at step 0, after
-    it at `last_step`, one series per tier, each with its pass@1 and 95% interval."""
+    it at the run's last step (`steps`), one series per tier, each with its pass@1 and 95%
+    interval."""
     points = []
-    for label, step in (("eval_before", 0), ("eval_after", last_step)):
+    for label, step in (("eval_before", 0), ("eval_after", summary.get("steps") or 0)):
         for tier, e in ((summary.get(label) or {}).get("by_tier") or {}).items():
             points.append({"tier": str(tier), "step": step, "pass": e["pass_at_1"],
                            "low": e["ci_low"], "high": e["ci_high"]})  # fmt: skip

@@ -105,10 +105,10 @@ def test_the_curve_shows_held_out_pass_at_1_before_and_after_with_its_intervals(
 
     summary = {"steps": 4, "eval_before": evaluation(26, 0.21, 0.40),
                "eval_after": evaluation(47, 0.43, 0.63)}  # fmt: skip
-    points = held_out_points(summary, last_step=4)
+    points = held_out_points(summary)
     assert [(p["tier"], p["step"]) for p in points] == [("3", 0), ("0", 0), ("3", 4), ("0", 4)]
     assert (points[2]["pass"], points[2]["low"], points[2]["high"]) == (47 / 88, 0.43, 0.63)
-    assert held_out_points({"steps": 4}, last_step=4) == []  # a run without evaluations
+    assert held_out_points({"steps": 4}) == []  # a run without evaluations
 
     reporter = Reporter(tmp_path, tensorboard=False)
     for step, reward in enumerate((0.3, 0.5, 0.6, 0.8), start=1):
