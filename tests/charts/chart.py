@@ -14,14 +14,19 @@ CRD_DIR: Path = REPO_ROOT.parent / "shared" / "crds"
 
 
 def render(
-    values: dict[str, Any] | None = None, *, name: str = "etude", namespace: str = "etude"
+    values: dict[str, Any] | None = None,
+    *,
+    name: str = "etude",
+    namespace: str = "etude",
+    chart_dir: Path = CHART_DIR,
 ) -> list[dict[str, Any]]:
-    """Every object the chart renders with these values, parsed from YAML.
+    """Every object the chart (by default the repository's) renders with these values,
+    parsed from YAML.
 
     Empty documents (a disabled component's template) are dropped. Raises the
     engine's error (HelmValuesError, HelmRenderError) when rendering fails.
     """
-    chart = Chart.load(CHART_DIR)
+    chart = Chart.load(chart_dir)
     manifests = chart.render(values or {}, name=name, namespace=namespace, is_install=True)
     objects: list[dict[str, Any]] = []
     for path in sorted(manifests):

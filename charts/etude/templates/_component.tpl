@@ -1,9 +1,14 @@
 {{/*
 A CPU service: Deployment, headless Service for gRPC (clients resolve every pod and
-balance across them), and a PodDisruptionBudget. Each component's own file calls this
-with (dict "ctx" $ "component" "<name>") and may define "etude.<name>.env" (extra
-environment variables) and "etude.<name>.volumes" / "etude.<name>.volumeMounts".
-The Deployment leaves `replicas` out when KEDA scales it.
+balance across them), and a PodDisruptionBudget. Each component's own file defines
+"etude.<name>.env" (extra environment variables) and "etude.<name>.securityContext", and
+calls this with (dict "ctx" $ "component" "<name>") when <name>.enabled.
+
+Adding a component: that file, plus its values block with a `wiring` key (values.yaml,
+and the block in values.schema.json). The block makes it a component (etude.components),
+which gives it its NetworkPolicy, its ServiceMonitor, its certificate and its probe in
+the `helm test` pod; its `wiring` says whom it calls and what it mounts. A `keda.<name>`
+block scales it with KEDA; the Deployment then leaves `replicas` out.
 */}}
 {{- define "etude.component" -}}
 {{- $ctx := .ctx }}
@@ -11,8 +16,9 @@ The Deployment leaves `replicas` out when KEDA scales it.
 {{- $values := index $ctx.Values $component }}
 {{- $name := include "etude.componentName" . }}
 {{- $keda := and $ctx.Values.keda.enabled (hasKey $ctx.Values.keda $component) (index $ctx.Values.keda $component).enabled }}
-{{- $roles := include "etude.componentRoles" $component | fromJsonArray }}
-{{- $sharedTasks := and $ctx.Values.sharedTasks.enabled (has $component (list "rollout" "environment" "search")) }}
+{{- $wiring := index (include "etude.components" $ctx | fromJson) $component }}
+{{- $roles := $wiring.roles }}
+{{- $sharedTasks := and $ctx.Values.sharedTasks.enabled $wiring.sharedTasks }}
 apiVersion: apps/v1
 kind: Deployment
 metadata:

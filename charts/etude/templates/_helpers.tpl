@@ -112,6 +112,51 @@ app.kubernetes.io/instance: {{ .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- printf "etude:%s:rollouts" .Values.run.id }}
 {{- end }}
 
+{{/*
+The components: every top-level block of the values with a `wiring` key (environment,
+search, reward, rollout, gateway; values.yaml documents the keys). It is the one list of
+them: their peers' addresses, NetworkPolicies, monitors, alerts, certificates, KEDA
+scaling and the `helm test` pod's probes are generated from it, so adding a component is
+its template file (which calls etude.component) and its values block. Every component
+serves gRPC health and /metrics (etude.component gives it both ports), so each gets a
+probe and a ServiceMonitor without a flag.
+
+As JSON: name -> its wiring with every key filled in, plus `enabled`. Disabled
+components are included: a NetworkPolicy names its callers whether they run or not.
+Iterating it (`range` over a map) goes in alphabetical order.
+*/}}
+{{- define "etude.components" -}}
+{{- $components := dict }}
+{{- range $name, $values := .Values }}
+{{- if and (kindIs "map" $values) (hasKey $values "wiring") }}
+{{- $wiring := $values.wiring | default dict }}
+{{- $_ := set $components $name (dict
+  "enabled" $values.enabled
+  "calls" ($wiring.calls | default list)
+  "roles" ($wiring.roles | default list)
+  "redis" ($wiring.redis | default false)
+  "sharedTasks" ($wiring.sharedTasks | default false)
+  "advertise" ($wiring.advertise | default false)
+  "grpcLatencyAlert" ($wiring.grpcLatencyAlert | default false)) }}
+{{- end }}
+{{- end }}
+{{- /* A misspelt peer or role would silently open nothing or mount a missing key. */}}
+{{- $roles := splitList " " (include "etude.authRoles" .) }}
+{{- range $name, $c := $components }}
+{{- range $c.calls }}
+{{- if not (or (hasKey $components .) (eq . "inference")) }}
+{{- fail (printf "%s.wiring.calls: %q is not a component (a values block with `wiring`) nor \"inference\"" $name .) }}
+{{- end }}
+{{- end }}
+{{- range $c.roles }}
+{{- if not (has . $roles) }}
+{{- fail (printf "%s.wiring.roles: %q is not a role (etude.authRoles)" $name .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $components }}
+{{- end }}
+
 {{/* "host:port" of a component's gRPC service. Call with (dict "ctx" $ "component" "x"). */}}
 {{- define "etude.serviceAddress" -}}
 {{- printf "%s:%d" (include "etude.componentName" .) (int .ctx.Values.global.grpcPort) }}
@@ -145,8 +190,8 @@ where its peers are (only the enabled ones).
   value: {{ .Values.global.logLevel | quote }}
 - name: ETUDE_LOG__FORMAT
   value: {{ .Values.global.logFormat | quote }}
-{{- range $component := list "environment" "search" "reward" }}
-{{- if (index $.Values $component).enabled }}
+{{- range $component, $c := include "etude.components" . | fromJson }}
+{{- if and $c.enabled $c.advertise }}
 - name: ETUDE_SERVICES__{{ upper $component }}
   value: {{ include "etude.serviceAddress" (dict "ctx" $ "component" $component) | quote }}
 {{- end }}
@@ -248,10 +293,4 @@ also its cert-manager certificate. Call with (dict "ctx" $ "roles" (list ...) "c
     secretName: {{ include "etude.componentName" (dict "ctx" .ctx "component" (printf "%s-tls" .component)) }}
     defaultMode: {{ .mode | default 0440 }}
 {{- end }}
-{{- end }}
-
-{{/* The roles each component's processes present (search and inference call nobody). */}}
-{{- define "etude.componentRoles" -}}
-{{- $roles := dict "environment" (list "environment") "reward" (list "reward") "rollout" (list "rollout") "gateway" (list "gateway") "search" (list) "trainer" (list "trainer" "rollout") }}
-{{- index $roles . | toJson }}
 {{- end }}
