@@ -60,10 +60,6 @@ ACCESS: Mapping[str, Mapping[str, frozenset[str]]] = {
         ("IndexWorkspace", "UpdateFiles", "Query", "DropWorkspace"),
         frozenset({"environment", "operator"}),
     ),
-    f"{_API}.TrainerService": {
-        "Status": frozenset({"gateway", "operator"}),
-        "Checkpoint": frozenset({"operator"}),
-    },
 }
 
 OPEN_SERVICES = frozenset(

@@ -17,7 +17,7 @@ from etude.common.metrics import GRPC_HANDLED, GRPC_HANDLING_SECONDS, GRPC_IN_FL
 
 
 def split_method(full_method: str) -> tuple[str, str]:
-    """`/etude.api.v1.TrainerService/Status` → (`etude.api.v1.TrainerService`, `Status`)."""
+    """`/etude.api.v1.RewardService/Score` → (`etude.api.v1.RewardService`, `Score`)."""
     service, _, method = full_method.lstrip("/").rpartition("/")
     return service or "unknown", method or "unknown"
 

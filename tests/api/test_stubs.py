@@ -22,7 +22,7 @@ def test_committed_stubs_match_a_fresh_generation(tmp_path):
 
 def test_every_proto_file_has_stubs():
     protos = {p.stem for p in codegen.proto_files()}
-    assert protos == {"common", "environment", "inference", "search", "reward", "trainer"}
+    assert protos == {"common", "environment", "inference", "search", "reward"}
     for stem in protos:
         assert (codegen.STUBS_DIR / f"{stem}_pb2.py").is_file()
 

@@ -18,25 +18,21 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from etude.api.v1 import common_pb2, trainer_pb2, trainer_pb2_grpc
+from etude.api.v1 import reward_pb2_grpc
 from etude.common.auth import read_tokens
 from etude.common.grpc_client import health_status, open_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.net import free_port
 from etude.common.processes import spawn
 from etude.common.settings import ClientSettings, GrpcSettings, get_settings
-from tests.support.probe_service import SERVICE_NAME, ProbeTrainer, registration
+from tests.support.probe_service import SERVICE_NAME, ProbeServicer, probe_request, registration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def status_request(behaviour: str) -> trainer_pb2.StatusRequest:
-    return trainer_pb2.StatusRequest(run_id=common_pb2.RunId(value=behaviour))
-
-
 @contextlib.asynccontextmanager
-async def serving(**grpc_settings) -> AsyncIterator[tuple[ServiceRuntime, ProbeTrainer]]:
-    servicer = ProbeTrainer()
+async def serving(**grpc_settings) -> AsyncIterator[tuple[ServiceRuntime, ProbeServicer]]:
+    servicer = ProbeServicer()
     settings = GrpcSettings(**{"drain_seconds": 0.0, "grace_seconds": 1.0, **grpc_settings})
     runtime = ServiceRuntime("probe", settings, [registration(servicer)])
     await runtime.start()
@@ -118,18 +114,18 @@ async def test_metrics_endpoint_counts_calls_by_code():
     async with serving() as (runtime, _):
         before = scrape(runtime.metrics_url)
         async with open_channel(runtime.address, ClientSettings()) as channel:
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            stub = reward_pb2_grpc.RewardServiceStub(channel)
             for _ in range(3):
-                await stub.Status(status_request("ok"), timeout=5)
+                await stub.Score(probe_request("ok"), timeout=5)
             with pytest.raises(grpc.aio.AioRpcError) as error:
-                await stub.Status(status_request("not-found"), timeout=5)
+                await stub.Score(probe_request("not-found"), timeout=5)
             assert error.value.code() == grpc.StatusCode.NOT_FOUND
-        after = await scrape_when(runtime.metrics_url, grew(before, "Status", "NOT_FOUND"))
-        assert handled(after, "Status", "OK") - handled(before, "Status", "OK") == 3
-        assert handled(after, "Status", "NOT_FOUND") - handled(before, "Status", "NOT_FOUND") == 1
+        after = await scrape_when(runtime.metrics_url, grew(before, "Score", "NOT_FOUND"))
+        assert handled(after, "Score", "OK") - handled(before, "Score", "OK") == 3
+        assert handled(after, "Score", "NOT_FOUND") - handled(before, "Score", "NOT_FOUND") == 1
         count_key = (
             "etude_grpc_server_handling_seconds_count",
-            frozenset({"service": SERVICE_NAME, "method": "Status"}.items()),
+            frozenset({"service": SERVICE_NAME, "method": "Score"}.items()),
         )
         assert after[count_key] - before.get(count_key, 0.0) == 4
 
@@ -138,15 +134,15 @@ async def test_a_passed_deadline_is_deadline_exceeded_on_both_sides():
     async with serving() as (runtime, _):
         before = scrape(runtime.metrics_url)
         async with open_channel(runtime.address, ClientSettings()) as channel:
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            stub = reward_pb2_grpc.RewardServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as error:
-                await stub.Status(status_request("sleep=5"), timeout=0.3)
+                await stub.Score(probe_request("sleep=5"), timeout=0.3)
         assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         # The server cancels the handler at the deadline and records why.
-        after = await scrape_when(runtime.metrics_url, grew(before, "Status", "DEADLINE_EXCEEDED"))
+        after = await scrape_when(runtime.metrics_url, grew(before, "Score", "DEADLINE_EXCEEDED"))
         assert (
-            handled(after, "Status", "DEADLINE_EXCEEDED")
-            - handled(before, "Status", "DEADLINE_EXCEEDED")
+            handled(after, "Score", "DEADLINE_EXCEEDED")
+            - handled(before, "Score", "DEADLINE_EXCEEDED")
             == 1
         )
 
@@ -154,24 +150,24 @@ async def test_a_passed_deadline_is_deadline_exceeded_on_both_sides():
 async def test_an_oversize_message_is_refused_and_the_server_lives_on():
     async with serving(max_message_bytes=4096) as (runtime, _):
         async with open_channel(runtime.address, ClientSettings()) as channel:
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            stub = reward_pb2_grpc.RewardServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as error:
-                await stub.Status(status_request("x" * 10_000), timeout=5)
+                await stub.Score(probe_request("x" * 10_000), timeout=5)
             assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            reply = await stub.Status(status_request("ok"), timeout=5)
-            assert reply.run_id.value == "ok"
+            reply = await stub.Score(probe_request("ok"), timeout=5)
+            assert reply.reward == 1
 
 
 async def test_client_retries_unavailable_with_backoff():
     settings = ClientSettings(max_attempts=4, initial_backoff_seconds=0.01)
     async with serving() as (runtime, servicer):
         async with open_channel(runtime.address, settings) as channel:
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
-            reply = await stub.Status(status_request("fail=UNAVAILABLEx2"))
-            assert reply.step == 3  # two refused attempts, then the answer
+            stub = reward_pb2_grpc.RewardServiceStub(channel)
+            reply = await stub.Score(probe_request("fail=UNAVAILABLEx2"))
+            assert reply.reward == 3  # two refused attempts, then the answer (the third call)
             # Codes that are not transient are not retried.
             with pytest.raises(grpc.aio.AioRpcError) as error:
-                await stub.Status(status_request("fail=INTERNALx2"))
+                await stub.Score(probe_request("fail=INTERNALx2"))
             assert error.value.code() == grpc.StatusCode.INTERNAL
             assert servicer.calls["fail=INTERNALx2"] == 1
 
@@ -180,9 +176,9 @@ async def test_client_default_deadline_applies_without_a_timeout():
     settings = ClientSettings(timeout_seconds=0.3)
     async with serving() as (runtime, _):
         async with open_channel(runtime.address, settings) as channel:
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            stub = reward_pb2_grpc.RewardServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as error:
-                await stub.Status(status_request("sleep=3"))
+                await stub.Score(probe_request("sleep=3"))
             assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
@@ -193,18 +189,18 @@ async def test_a_long_method_gets_the_long_deadline_and_the_others_keep_theirs()
     # the margins are wide.
     settings = ClientSettings(timeout_seconds=0.3, long_call_timeout_seconds=4.0)
     async with serving() as (runtime, _):
-        long_methods = (f"{SERVICE_NAME}/Status",)
+        long_methods = (f"{SERVICE_NAME}/Score",)
         async with open_channel(runtime.address, settings, long_methods=long_methods) as channel:
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
-            reply = await stub.Status(status_request("sleep=1.5"), timeout=10)
-            assert reply.run_id.value == "sleep=1.5"
+            stub = reward_pb2_grpc.RewardServiceStub(channel)
+            reply = await stub.Score(probe_request("sleep=1.5"), timeout=10)
+            assert reply.reward == 1
             with pytest.raises(grpc.aio.AioRpcError) as error:  # bounded all the same
-                await stub.Status(status_request("sleep=8"), timeout=10)
+                await stub.Score(probe_request("sleep=8"), timeout=10)
             assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         async with open_channel(runtime.address, settings) as channel:  # not named: 0.3 s
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            stub = reward_pb2_grpc.RewardServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as error:
-                await stub.Status(status_request("sleep=1.5"), timeout=10)
+                await stub.Score(probe_request("sleep=1.5"), timeout=10)
             assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
@@ -228,10 +224,10 @@ def test_sigterm_drains_finishes_calls_in_flight_and_exits_cleanly(tmp_path):
             assert time.monotonic() < deadline, "service never became healthy"
             time.sleep(0.1)
         with grpc.insecure_channel(address) as channel:
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+            stub = reward_pb2_grpc.RewardServiceStub(channel)
             operator = read_tokens(get_settings().auth.tokens_dir)["operator"]
-            in_flight = stub.Status.future(
-                status_request("sleep=2.0"),
+            in_flight = stub.Score.future(
+                probe_request("sleep=2.0"),
                 timeout=20,
                 metadata=(("authorization", f"Bearer {operator}"),),
             )
@@ -243,7 +239,7 @@ def test_sigterm_drains_finishes_calls_in_flight_and_exits_cleanly(tmp_path):
                 statuses.append(health_status(address))
                 time.sleep(0.05)
             assert "NOT_SERVING" in statuses, statuses
-            assert in_flight.result().run_id.value == "sleep=2.0"
+            assert in_flight.result().reward == 1
         assert proc.wait(timeout=20) == 0
     finally:
         if proc.poll() is None:

@@ -40,8 +40,6 @@ from etude.api.v1 import (
     reward_pb2_grpc,
     search_pb2,
     search_pb2_grpc,
-    trainer_pb2,
-    trainer_pb2_grpc,
 )
 from etude.cli.stack import LocalStack, ServiceSpec
 from etude.cli.status import read_status
@@ -72,6 +70,7 @@ from etude.reward.server import RewardServicer
 from etude.reward.server import registration as reward_registration
 from etude.reward.store import TaskStore
 from tests.inference.conftest import small_moe_config
+from tests.support.probe_service import probe_request
 from tests.support.probe_service import registration as probe_registration
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
@@ -485,9 +484,8 @@ async def test_with_mtls_a_client_without_a_certificate_cannot_connect(serve, tm
     runtime = await serve("probe", [probe_registration()], tls)
 
     async def status(channel):
-        stub = trainer_pb2_grpc.TrainerServiceStub(channel)
-        request = trainer_pb2.StatusRequest(run_id=common_pb2.RunId(value="ok"))
-        return await stub.Status(request, timeout=5)
+        stub = reward_pb2_grpc.RewardServiceStub(channel)
+        return await stub.Score(probe_request("ok"), timeout=5)
 
     # Plain text, TLS without a client certificate, and a certificate of another CA.
     stranger = tls.model_copy(
@@ -508,7 +506,7 @@ async def test_with_mtls_a_client_without_a_certificate_cannot_connect(serve, tm
                 assert error.value.code() == grpc.StatusCode.UNAVAILABLE
     # A certificate of the CA and a token: answered; a certificate alone is not enough.
     async with open_channel(runtime.address, NO_RETRY, auth=tls, tokens=as_role("operator")) as ok:
-        assert (await status(ok)).run_id.value == "ok"
+        assert (await status(ok)).reward == 1
     async with open_channel(runtime.address, NO_RETRY, auth=tls, tokens={}) as no_token:
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await status(no_token)

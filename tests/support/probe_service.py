@@ -1,8 +1,12 @@
-"""A small real gRPC service for runtime tests: TrainerService whose Status answers after
-a delay named in the request, or fails with a chosen code a chosen number of times.
+"""A small real gRPC service for runtime tests: the reward service's contract
+(`RewardService/Score`, a real served method the ACCESS table names) with a servicer that
+answers after a delay named in the request, or fails with a chosen code a chosen number of
+times, instead of grading.
 
-`run_id.value` selects the behaviour: `sleep=<seconds>`, `fail=<CODE>x<times>`, or
-anything else for an immediate answer. Run alone as `python -m tests.support.probe_service`.
+`task_id.value` selects the behaviour: `sleep=<seconds>`, `fail=<CODE>x<times>`,
+`not-found`, or anything else for an immediate answer. The reply's `reward` is how many
+calls with that behaviour the servicer has seen (so a test can count retries). Run alone as
+`python -m tests.support.probe_service`.
 """
 
 from __future__ import annotations
@@ -12,19 +16,24 @@ from collections import Counter
 
 import grpc
 
-from etude.api.v1 import common_pb2, trainer_pb2, trainer_pb2_grpc
+from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
 from etude.common.grpc_server import Registration, run_service
 from etude.common.settings import EtudeSettings
 
-SERVICE_NAME = trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
+SERVICE_NAME = reward_pb2.DESCRIPTOR.services_by_name["RewardService"].full_name
+METHOD = "Score"
 
 
-class ProbeTrainer(trainer_pb2_grpc.TrainerServiceServicer):
+def probe_request(behaviour: str) -> reward_pb2.ScoreRequest:
+    return reward_pb2.ScoreRequest(task_id=common_pb2.TaskId(value=behaviour))
+
+
+class ProbeServicer(reward_pb2_grpc.RewardServiceServicer):
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
 
-    async def Status(self, request, context):
-        behaviour = request.run_id.value
+    async def Score(self, request, context):
+        behaviour = request.task_id.value
         self.calls[behaviour] += 1
         if behaviour.startswith("sleep="):
             await asyncio.sleep(float(behaviour.removeprefix("sleep=")))
@@ -33,16 +42,14 @@ class ProbeTrainer(trainer_pb2_grpc.TrainerServiceServicer):
             if self.calls[behaviour] <= int(times):
                 await context.abort(grpc.StatusCode[code], f"planned failure {code}")
         elif behaviour == "not-found":
-            await context.abort(grpc.StatusCode.NOT_FOUND, "no such run")
-        return trainer_pb2.StatusResponse(
-            run_id=common_pb2.RunId(value=behaviour), step=self.calls[behaviour]
-        )
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no such task")
+        return reward_pb2.ScoreResponse(reward=self.calls[behaviour])
 
 
-def registration(servicer: ProbeTrainer | None = None) -> Registration:
+def registration(servicer: ProbeServicer | None = None) -> Registration:
     return Registration(
-        servicer or ProbeTrainer(),
-        trainer_pb2_grpc.add_TrainerServiceServicer_to_server,
+        servicer or ProbeServicer(),
+        reward_pb2_grpc.add_RewardServiceServicer_to_server,
         SERVICE_NAME,
     )
 
