@@ -146,16 +146,22 @@ class RolloutConfig(_Part):
 
 
 class LossSettings(_Part):
+    """The RL loss (etude.trainer.loss takes these settings as they are)."""
+
     clip_low: float = Field(default=0.2, ge=0, le=1.0)
     clip_high: float = Field(default=0.28, ge=0, le=100.0)
+    """Asymmetric clipping (DAPO's clip-higher): room for low-probability tokens to rise."""
     tis_cap: float | None = Field(default=2.0, gt=0, le=1e6)
-    """Cap of the truncated importance weight; null: no correction."""
+    """Cap of the truncated importance weight; null: no correction (weight 1)."""
     aggregation: Literal["token_mean", "sequence_mean", "dr_grpo"] = "token_mean"
+    """token_mean: over every unmasked token of the batch; sequence_mean: per sequence, then
+    over sequences (GRPO's original); dr_grpo: sum over tokens divided by a constant
+    (batch × the step's padded length), so long and short answers weigh alike per token."""
     normalize_std: bool = False
     """Divide advantages by the group's reward std (GRPO) or not (Dr. GRPO)."""
     kl_coef: float = Field(default=0.0, ge=0, le=1e6)
-    """KL to the policy RL starts from, the SFT policy after a warm start (0: no reference
-    model is kept)."""
+    """Weight of the k3 KL estimate to the policy RL starts from, the SFT policy after a warm
+    start (0: no reference model is kept)."""
     entropy_coef: float = Field(default=0.0, ge=0, le=1e6)
     aux_loss_coef: float = Field(default=0.01, ge=0, le=1e6)
     """Weight of the MoE load-balancing loss."""

@@ -20,11 +20,12 @@ carry mask 0 and contribute nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
-Aggregation = Literal["token_mean", "sequence_mean", "dr_grpo"]
+from etude.common.run_config import LossSettings
+
+_DEFAULT_SETTINGS = LossSettings()  # frozen, so one instance can be every call's default
 
 
 def group_advantages(
@@ -37,23 +38,6 @@ def group_advantages(
     if normalize_std:
         centred = centred / (rewards_G.std(unbiased=False) + eps)
     return centred
-
-
-@dataclass(frozen=True, slots=True)
-class LossConfig:
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    """Asymmetric clipping (DAPO's clip-higher): room for low-probability tokens to rise."""
-    tis_cap: float | None = 2.0
-    """Cap C of the truncated importance weight; None: no correction (w = 1)."""
-    aggregation: Aggregation = "token_mean"
-    """token_mean: over every unmasked token of the batch; sequence_mean: per sequence, then
-    over sequences (GRPO's original); dr_grpo: sum over tokens divided by a constant
-    (batch × max_tokens), so long and short answers weigh alike per token."""
-    max_tokens: int | None = None
-    """The constant of dr_grpo (default: the batch's padded length)."""
-    kl_coef: float = 0.0
-    """Weight of the k3 KL estimate to a reference policy (needs reference logprobs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +64,15 @@ def policy_loss(
     behaviour_logprobs_BT: torch.Tensor,
     advantages_B: torch.Tensor,
     mask_BT: torch.Tensor,
-    config: LossConfig = LossConfig(),
+    config: LossSettings = _DEFAULT_SETTINGS,
     *,
+    max_tokens: int | None = None,
     proximal_logprobs_BT: torch.Tensor | None = None,
     reference_logprobs_BT: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
+    """`config` is the run config's `trainer.loss`; `max_tokens` the constant of dr_grpo
+    (default: this batch's padded length; the trainer passes its step's, so every
+    micro-batch divides by the same)."""
     mask = mask_BT.to(logprobs_BT.dtype)
     proximal = (proximal_logprobs_BT if proximal_logprobs_BT is not None else logprobs_BT).detach()
     ratio = torch.exp(logprobs_BT - proximal)
@@ -100,7 +88,7 @@ def policy_loss(
     per_token = -weight * surrogate
     if config.kl_coef and reference_logprobs_BT is not None:
         per_token = per_token + config.kl_coef * _k3(reference_logprobs_BT - logprobs_BT)
-    loss = _aggregate(per_token, mask, config)
+    loss = _aggregate(per_token, mask, config.aggregation, max_tokens)
 
     tokens = mask.sum().clamp(min=1)
     with torch.no_grad():
@@ -124,14 +112,16 @@ def policy_loss(
     return loss, stats
 
 
-def _aggregate(per_token_BT: torch.Tensor, mask_BT: torch.Tensor, config: LossConfig):
+def _aggregate(
+    per_token_BT: torch.Tensor, mask_BT: torch.Tensor, aggregation: str, max_tokens: int | None
+):
     masked = per_token_BT * mask_BT
-    if config.aggregation == "token_mean":
+    if aggregation == "token_mean":
         return masked.sum() / mask_BT.sum().clamp(min=1)
-    if config.aggregation == "sequence_mean":
+    if aggregation == "sequence_mean":
         per_sequence = masked.sum(-1) / mask_BT.sum(-1).clamp(min=1)
         return per_sequence.mean()
-    if config.aggregation == "dr_grpo":
-        constant = config.max_tokens or per_token_BT.shape[-1]
+    if aggregation == "dr_grpo":
+        constant = max_tokens or per_token_BT.shape[-1]
         return masked.sum() / (per_token_BT.shape[0] * constant)
-    raise ValueError(f"unknown aggregation {config.aggregation!r}")
+    raise ValueError(f"unknown aggregation {aggregation!r}")

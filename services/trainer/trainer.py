@@ -22,7 +22,7 @@ from etude.common.run_config import TrainerConfig
 from etude.model.model import Transformer
 from etude.trainer.batch import Batch, collate, token_logprobs, token_logprobs_and_entropy
 from etude.trainer.freezing import train_last_layers, trainable_parameters
-from etude.trainer.loss import LossConfig, group_advantages, policy_loss
+from etude.trainer.loss import group_advantages, policy_loss
 from etude.trainer.precision import autocast
 
 
@@ -50,14 +50,6 @@ class StepStats:
         return {k: float(v) for k, v in asdict(self).items()}
 
 
-def loss_config(config: TrainerConfig) -> LossConfig:
-    c = config.loss
-    return LossConfig(
-        clip_low=c.clip_low, clip_high=c.clip_high, tis_cap=c.tis_cap,
-        aggregation=c.aggregation, kl_coef=c.kl_coef,
-    )  # fmt: skip
-
-
 def build_optimizer(model: Transformer, lr: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW over the parameters that train (`trainer.trainable_layers`)."""
     return torch.optim.AdamW(trainable_parameters(model), lr=lr, weight_decay=weight_decay)
@@ -83,7 +75,6 @@ class PolicyTrainer:
         self.reference = reference
         self.trainable = train_last_layers(model, config.trainable_layers)
         self.optimizer = build_optimizer(model, config.lr, config.weight_decay)
-        self.loss_config = loss_config(config)
 
     def step(self, groups: list[list[Trajectory]]) -> StepStats:
         started = time.perf_counter()
@@ -93,11 +84,7 @@ class PolicyTrainer:
         B = len(trajectories)
         total_tokens = float(batch.mask_BT.sum().clamp(min=1))
         by_tokens = self.config.loss.aggregation == "token_mean"
-        loss_config = self.loss_config
-        if loss_config.aggregation == "dr_grpo":  # one constant for the whole step
-            loss_config = LossConfig(
-                **{**asdict(loss_config), "max_tokens": batch.mask_BT.shape[1]}
-            )
+        max_tokens = batch.mask_BT.shape[1]  # dr_grpo's constant, one for the whole step
         sums = dict.fromkeys(("loss", "policy", "aux", "entropy", "clip", "tis", "mm", "kl"), 0.0)
         self.model.train()
         for start in range(0, B, self.config.micro_batch):
@@ -115,7 +102,7 @@ class PolicyTrainer:
             reference = self._reference_logprobs(micro)
             policy, stats = policy_loss(
                 logprobs, micro.behaviour_logprobs_BT, advantages_B[rows], micro.mask_BT,
-                loss_config, reference_logprobs_BT=reference,
+                self.config.loss, max_tokens=max_tokens, reference_logprobs_BT=reference,
             )  # fmt: skip
             entropy = (entropy_BT * micro.mask_BT).sum() / max(tokens, 1.0)
             aux = aux if aux is not None else torch.zeros(())

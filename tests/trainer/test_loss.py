@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from etude.trainer.loss import LossConfig, group_advantages, policy_loss
+from etude.common.run_config import LossSettings
+from etude.trainer.loss import group_advantages, policy_loss
 
 
 def test_group_advantages_centre_on_the_group_and_optionally_normalise():
@@ -22,7 +23,7 @@ def test_group_advantages_centre_on_the_group_and_optionally_normalise():
 def _grad(logprobs, behaviour, advantages, mask, config=None, **kwargs):
     logprobs = logprobs.clone().requires_grad_()
     loss, stats = policy_loss(
-        logprobs, behaviour, advantages, mask, config or LossConfig(), **kwargs
+        logprobs, behaviour, advantages, mask, config or LossSettings(), **kwargs
     )
     loss.backward()
     return logprobs.grad, stats
@@ -59,12 +60,12 @@ def test_truncated_importance_weight_corrects_and_bounds_the_mismatch():
     logprobs = torch.log(torch.tensor([[0.4, 0.4]]))
     behaviour = torch.log(torch.tensor([[0.1, 0.3]]))  # weights 4 (capped at 2) and 4/3
     mask = torch.ones(1, 2)
-    grad, stats = _grad(logprobs, behaviour, torch.tensor([1.0]), mask, LossConfig(tis_cap=2.0))
+    grad, stats = _grad(logprobs, behaviour, torch.tensor([1.0]), mask, LossSettings(tis_cap=2.0))
     assert torch.allclose(grad, torch.tensor([[-2.0, -4.0 / 3.0]]) / 2)
     assert stats.tis_truncated_fraction == 0.5
     expected_kl = sum(r - 1 - math.log(r) for r in (4.0, 4.0 / 3.0)) / 2
     assert stats.mismatch_kl == pytest.approx(expected_kl, rel=1e-5)
-    uncapped, _ = _grad(logprobs, behaviour, torch.tensor([1.0]), mask, LossConfig(tis_cap=None))
+    uncapped, _ = _grad(logprobs, behaviour, torch.tensor([1.0]), mask, LossSettings(tis_cap=None))
     assert torch.allclose(uncapped, torch.tensor([[-1.0, -1.0]]) / 2)  # w = 1: no correction
 
 
@@ -72,23 +73,23 @@ def test_aggregations_weigh_tokens_and_sequences_differently():
     logprobs = torch.zeros(2, 4)
     mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]])
     advantages = torch.tensor([1.0, 1.0])
-    token, _ = _grad(logprobs, logprobs, advantages, mask, LossConfig(aggregation="token_mean"))
+    token, _ = _grad(logprobs, logprobs, advantages, mask, LossSettings(aggregation="token_mean"))
     sequence, _ = _grad(logprobs, logprobs, advantages, mask,
-                        LossConfig(aggregation="sequence_mean"))  # fmt: skip
+                        LossSettings(aggregation="sequence_mean"))  # fmt: skip
     dr, _ = _grad(logprobs, logprobs, advantages, mask,
-                  LossConfig(aggregation="dr_grpo", max_tokens=8))  # fmt: skip
+                  LossSettings(aggregation="dr_grpo"), max_tokens=8)  # fmt: skip
     assert torch.allclose(token[0], torch.full((4,), -1 / 5))  # every token alike
     assert sequence[1, 0] == pytest.approx(-1 / 2) and sequence[0, 0] == pytest.approx(-1 / 8)
     assert torch.allclose(dr[mask.bool()], torch.full((5,), -1 / 16))  # constant normaliser
-    with pytest.raises(ValueError, match="aggregation"):
-        _grad(logprobs, logprobs, advantages, mask, LossConfig(aggregation="bogus"))
+    with pytest.raises(ValueError, match="aggregation"):  # the run config refuses it
+        LossSettings(aggregation="bogus")
 
 
 def test_kl_to_a_reference_adds_a_penalty_and_is_reported():
     logprobs = torch.log(torch.tensor([[0.5, 0.5]]))
     reference = torch.log(torch.tensor([[0.25, 0.5]]))
     mask = torch.ones(1, 2)
-    config = LossConfig(kl_coef=0.1)
+    config = LossSettings(kl_coef=0.1)
     _, with_ref = _grad(logprobs, logprobs, torch.tensor([0.0]), mask, config,
                         reference_logprobs_BT=reference)  # fmt: skip
     expected = (0.5 - 1 - math.log(0.5)) / 2  # k3 of the first token; the second is 0
