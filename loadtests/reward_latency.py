@@ -25,7 +25,7 @@ from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.processes import terminate
 from etude.common.settings import ClientSettings
-from etude.environment.sandbox.bwrap import find_bwrap
+from etude.sandbox.bwrap import find_bwrap
 from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE
 from etude.tasks.synth.synthesize import SynthOptions, kept_mutants, load_project
 from etude.tasks.task import read_jsonl

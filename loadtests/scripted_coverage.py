@@ -27,13 +27,14 @@ from rich.table import Table
 from etude.common.run_config import RolloutConfig
 from etude.environment.client import InProcessEnvironment
 from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import find_bwrap
 from etude.environment.sessions import SessionManager
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader, Score
 from etude.rollout.agent import EpisodeLimits, EpisodeRunner
 from etude.rollout.scripted_styles import style_for, tier_styles
+from etude.sandbox.bwrap import find_bwrap
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import TASKS_FILE, materialize
 from etude.tasks.task import Task, read_jsonl
 from etude.trainer.sft import DROP_REASONS, Demonstrations, collect_demonstrations
@@ -57,7 +58,7 @@ class OnceGrader:
 
 
 async def demonstrate(tasks: list[Task], tiers, variants: int, scratch: Path) -> Demonstrations:
-    manager = SessionManager(EnvironmentConfig(root_dir=scratch / "environment"))
+    manager = SessionManager(EnvironmentConfig(root_dir=scratch / "environment"), SandboxConfig())
     environment = InProcessEnvironment(manager)
     cache = scratch / "tasks"
     config = RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60)

@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from etude.environment.sandbox.bwrap import find_bwrap
+from etude.sandbox.bwrap import Bwrap, configured_bwrap
+from etude.sandbox.config import SandboxConfig, SandboxSettings
 from etude.tasks.hinting import HintResult, hint_all
 from etude.tasks.materialize import (
     HELD_OUT_PROJECTS,
@@ -71,6 +72,13 @@ def _unpacked(path: Path) -> Path:
     return roots[0] if len(roots) == 1 else scratch
 
 
+def _grading_sandbox() -> tuple[Bwrap | None, SandboxConfig]:
+    """The sandbox the reward service grades in, from the same settings
+    (`ETUDE_SANDBOX__*`), so a task passes or fails here as it will in grading."""
+    sandbox = SandboxSettings().sandbox.for_grading()
+    return configured_bwrap(sandbox), sandbox
+
+
 def _bar_columns(counter: str = "failed") -> tuple:
     return (
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -91,7 +99,7 @@ def synth(
 ) -> None:
     """Mutate projects, keep bugs their tests catch, write SWE-bench-style records."""
     options = SynthOptions(seed, per_project, max_failing, timeout, workers, HELD_OUT)
-    bwrap = find_bwrap(None)
+    bwrap, sandbox = _grading_sandbox()
     tasks: list[Task] = []
     with Progress(*_bar_columns("tried"), console=console) as progress:
         for item in _projects(project, path):
@@ -100,7 +108,7 @@ def synth(
             def on_tried(tried: int, kept: int, bar=bar) -> None:
                 progress.update(bar, completed=kept, tried=tried)
 
-            for kept in kept_mutants(item, options, bwrap, on_tried):
+            for kept in kept_mutants(item, options, bwrap, on_tried, sandbox):
                 with tempfile.TemporaryDirectory() as scratch:
                     preview = to_task(item, kept, options, base_commit="")
                     commit = build_buggy_repository(
@@ -169,7 +177,8 @@ def verify(
                 failed.append(verdict)
             progress.update(bar, advance=1, tried=len(failed))
 
-        asyncio.run(verify_all(selected, cache, find_bwrap(None), workers, on_done=on_done))
+        bwrap, sandbox = _grading_sandbox()
+        asyncio.run(verify_all(selected, cache, bwrap, workers, on_done=on_done, sandbox=sandbox))
     for verdict in failed:
         console.print(f"[red]{verdict.task_id}[/]: {verdict.problem}")
     console.print(f"{len(selected) - len(failed)} of {len(selected)} tasks verified.")
@@ -198,8 +207,9 @@ def hints(
                 failed.append(result)
             progress.update(bar, advance=1, tried=len(failed))
 
+        bwrap, sandbox = _grading_sandbox()
         results = hint_all(
-            selected, cache, find_bwrap(None), workers=workers, checkouts_dir=checkouts,
+            selected, cache, bwrap, workers=workers, checkouts_dir=checkouts, sandbox=sandbox,
             on_done=on_done,
         )  # fmt: skip
     target = out or source

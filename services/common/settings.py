@@ -163,7 +163,8 @@ def _shown(default: object) -> str:
 
 def reference_markdown(*settings_classes: type[BaseSettings]) -> str:
     """docs/configuration.md: every variable of these settings classes (sections shared
-    by several are listed once), its default and its meaning."""
+    by several are listed once), its default and its meaning, under the section's own
+    docstring."""
     lines = [
         "# Configuration",
         "",
@@ -176,12 +177,38 @@ def reference_markdown(*settings_classes: type[BaseSettings]) -> str:
         for section, field in settings_class.model_fields.items():
             sections.setdefault(section, field.annotation)
     for section, model in sections.items():
-        lines += ["", f"## {section}", "", "| variable | default | meaning |", "|---|---|---|"]
-        for name, spec in model.model_fields.items():
-            variable = f"ETUDE_{section.upper()}__{name.upper()}"
-            meaning = " ".join((spec.description or "").split())
-            lines.append(f"| `{variable}` | `{_shown(spec.default)}` | {meaning} |")
+        lines += ["", f"## {section}", ""]
+        lines += [f"{' '.join(doc.split())}\n" for doc in _docstrings(model)]
+        lines += ["| variable | default | meaning |", "|---|---|---|"]
+        lines += _rows(f"ETUDE_{section.upper()}", model)
     return "\n".join(lines) + "\n"
+
+
+def _nested(spec) -> type[BaseModel] | None:
+    """The block a field holds, when it holds one (`ETUDE_<SECTION>__<FIELD>__<NAME>`)."""
+    kind = spec.annotation
+    return kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+
+
+def _docstrings(model: type[BaseModel]) -> list[str]:
+    """A section's own docstring and those of the blocks nested in it."""
+    docs = [model.__doc__] if model.__doc__ else []
+    for spec in model.model_fields.values():
+        if block := _nested(spec):
+            docs += _docstrings(block)
+    return docs
+
+
+def _rows(prefix: str, model: type[BaseModel]) -> list[str]:
+    rows = []
+    for name, spec in model.model_fields.items():
+        variable = f"{prefix}__{name.upper()}"
+        if block := _nested(spec):
+            rows += _rows(variable, block)
+            continue
+        meaning = " ".join((spec.description or "").split())
+        rows.append(f"| `{variable}` | `{_shown(spec.default)}` | {meaning} |")
+    return rows
 
 
 @lru_cache(maxsize=1)

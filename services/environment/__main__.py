@@ -20,7 +20,7 @@ async def build(
     if config.search_address:
         search = GrpcSearchBackend(config.search_address, settings.client)
         resources.push_async_callback(search.close)
-    manager = SessionManager(config, search=search, observer=PrometheusObserver())
+    manager = SessionManager(config, settings.sandbox, search=search, observer=PrometheusObserver())
     resources.push_async_callback(manager.close_all)
     expiry = start_expiry(manager)
     resources.callback(expiry.cancel)

@@ -55,7 +55,7 @@ class InProcessEnvironment:
         self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
     ) -> OpenedSession:
         session = await self.manager.create(task_id, Path(repository_path), idle_ttl_seconds)
-        return OpenedSession(session.id, session.layout.mode, self.manager.config.backend)
+        return OpenedSession(session.id, session.layout.mode, self.manager.sandbox.backend)
 
     async def execute(
         self, session_id: str, calls: list[ToolCall], parallel: bool = True

@@ -17,7 +17,6 @@ from etude.environment.errors import (
     WalkLimitError,
 )
 from etude.environment.repositories import RepositoryNotAllowedError, allowed_repository
-from etude.environment.sandbox.sandbox import SandboxStartError
 from etude.environment.sessions import SessionManager
 from etude.environment.wire import (
     calls_from_proto,
@@ -25,6 +24,7 @@ from etude.environment.wire import (
     result_to_proto,
     session_id_from_proto,
 )
+from etude.sandbox.sandbox import SandboxStartError
 
 SERVICE_NAME = environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"].full_name
 
@@ -60,7 +60,7 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
         return environment_pb2.CreateSessionResponse(
             session_id=common_pb2.SessionId(value=session.id),
             workspace_mode=session.layout.mode,
-            sandbox_backend=self.manager.config.backend,
+            sandbox_backend=self.manager.sandbox.backend,
         )
 
     async def Execute(self, request, context):

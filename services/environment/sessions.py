@@ -23,9 +23,6 @@ from etude.environment.config import EnvironmentConfig
 from etude.environment.diff import WorkspaceDiff, diff_trees
 from etude.environment.errors import SessionLimitError, SessionNotFoundError
 from etude.environment.observer import EnvironmentObserver
-from etude.environment.sandbox.bwrap import WORKSPACE, Bwrap, check_bwrap_works, find_bwrap
-from etude.environment.sandbox.limits import CgroupSupport
-from etude.environment.sandbox.sandbox import Sandbox
 from etude.environment.search_sync import SearchIndexBackend, SearchSync
 from etude.environment.tools import TOOLS
 from etude.environment.tools.base import (
@@ -34,7 +31,12 @@ from etude.environment.tools.base import (
     ToolContext,
     ToolOutput,
 )
-from etude.environment.workspace import Layout, Mode, WorkspaceStore
+from etude.environment.workspace import WorkspaceStore
+from etude.sandbox.bwrap import WORKSPACE, Bwrap, check_bwrap_works, configured_bwrap
+from etude.sandbox.config import SandboxConfig
+from etude.sandbox.limits import CgroupSupport
+from etude.sandbox.sandbox import Sandbox
+from etude.sandbox.types import Layout, Mode
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,7 @@ class Session:
 
 
 def choose_mode(config: EnvironmentConfig, bwrap: Bwrap | None) -> Mode:
-    if config.backend == "process":
+    if bwrap is None:
         return "copy"  # overlay needs a mount namespace
     overlay_ok = bwrap is not None and bwrap.supports_overlay
     if config.workspace_mode == "overlay" and not overlay_ok:
@@ -90,15 +92,16 @@ class SessionManager:
     def __init__(
         self,
         config: EnvironmentConfig,
+        sandbox: SandboxConfig,
         search: SearchIndexBackend | None = None,
         observer: EnvironmentObserver | None = None,
     ) -> None:
         self.config = config
+        self.sandbox = sandbox
         self.search = SearchSync(search) if search is not None else None
         self.observer = observer or EnvironmentObserver()
-        self.bwrap: Bwrap | None = None
-        if config.backend == "bwrap":
-            self.bwrap = find_bwrap(config.bwrap_path)
+        self.bwrap = configured_bwrap(sandbox)
+        if self.bwrap is not None:
             check_bwrap_works(self.bwrap)
         else:
             log.warning(
@@ -117,7 +120,7 @@ class SessionManager:
         log.info(
             "environment ready",
             extra=log_fields(
-                backend=config.backend, workspace=self.mode, limits=self.cgroups.describe()
+                backend=sandbox.backend, workspace=self.mode, limits=self.cgroups.describe()
             ),
         )
 
@@ -137,8 +140,8 @@ class SessionManager:
 
     async def _open(self, task_id: str, layout: Layout, ttl: float, started: float) -> Session:
         sandbox = Sandbox(
-            layout.session_dir.name, layout, self.config, self.config.backend, self.bwrap,
-            self.cgroups, on_kill=self.observer.sandbox_killed,
+            layout.session_dir.name, layout, self.sandbox, self.bwrap, self.cgroups,
+            on_kill=self.observer.sandbox_killed,
         )  # fmt: skip
         session = Session(
             layout.session_dir.name, task_id, layout, sandbox,

@@ -18,34 +18,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from etude.environment.errors import RepositoryError
-
-Mode = Literal["overlay", "copy"]
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    mode: Mode
-    session_dir: Path
-    base: Path
-    lowers: list[Path] = field(default_factory=list)
-    """Overlay: read-only layers, bottom first (the base, then fork snapshots)."""
-
-    @property
-    def upper(self) -> Path:
-        return self.session_dir / "upper"
-
-    @property
-    def work(self) -> Path:
-        return self.session_dir / "work"
-
-    @property
-    def tree(self) -> Path:
-        return self.session_dir / "tree"
+from etude.sandbox.types import Layout, Mode
 
 
 class WorkspaceStore:

@@ -6,11 +6,11 @@ import contextlib
 
 from etude.common.grpc_server import Registration, run_service
 from etude.environment.client import GrpcEnvironment
-from etude.environment.sandbox.bwrap import find_bwrap
 from etude.reward.config import RewardSettings
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
 from etude.reward.store import TaskStore
+from etude.sandbox.bwrap import configured_bwrap
 
 
 async def build(
@@ -21,9 +21,8 @@ async def build(
     if config.environment_address:
         environment = GrpcEnvironment(config.environment_address, settings.client)
         resources.push_async_callback(environment.close)
-    sandbox = settings.environment  # the sessions' limits, binds and backend
-    bwrap = None if sandbox.backend == "process" else find_bwrap(sandbox.bwrap_path)
-    grader = Grader(config, bwrap, sandbox)
+    sandbox = settings.sandbox.for_grading()
+    grader = Grader(config, configured_bwrap(sandbox), sandbox)
     return [registration(RewardServicer(grader, TaskStore(config.tasks_files), environment))]
 
 

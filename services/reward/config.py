@@ -6,8 +6,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from etude.common.settings import EtudeSettings, Section
-from etude.environment.config import EnvironmentConfig
+from etude.common.settings import Section
+from etude.sandbox.config import SandboxSettings
 from etude.tasks.materialize import BUNDLED_TASK_FILES, PROJECTS_DIR
 
 
@@ -33,11 +33,12 @@ class RewardConfig(Section):
     """Subtracted when the patch touches test files (their edits are discarded either way)."""
 
 
-class RewardSettings(EtudeSettings):
+class RewardSettings(SandboxSettings):
+    """The reward section, and the sandbox section (`ETUDE_SANDBOX__*`) the environment
+    reads too: the hidden tests run with the sessions' binds and backend, and grading's
+    limits (`SandboxConfig.for_grading()`)."""
+
     reward: RewardConfig = RewardConfig()
-    # The sessions' sandbox section (`ETUDE_ENVIRONMENT__*`), read here too so the hidden
-    # tests run under the same rlimits, cgroup limits, binds and bwrap as a session.
-    environment: EnvironmentConfig = EnvironmentConfig()
 
     def resolved(self) -> RewardConfig:
         """The reward section with the defaults that depend on other sections filled."""

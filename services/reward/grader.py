@@ -1,8 +1,8 @@
 """Grading a patch: apply it to a fresh copy of the task's base repository (never the
 agent's own workspace), put test files and test infrastructure back as the base has
 them, refuse code that reaches into the test runner, install the hidden tests and the
-canaries, run them in a sandbox with the sessions' limits, and turn the per-test results
-into a reward and its components.
+canaries, run them in a sandbox with the sessions' binds and grading's limits, and turn
+the per-test results into a reward and its components.
 
 The patch is hostile input (the policy is optimised against this reward): every path it
 names is confined to the copy (`changes.py`), the test run cannot be configured by it
@@ -20,13 +20,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import Bwrap
 from etude.reward.canaries import plant, violation
 from etude.reward.changes import changed_paths, regular_file, restore
 from etude.reward.config import RewardConfig
 from etude.reward.functions import REWARD_FUNCTIONS, Outcome
 from etude.reward.tamper import added_lines, decode, is_reverted, runner_access
+from etude.sandbox.bwrap import Bwrap
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.grading_config import UnsupportedTestCommand
 from etude.tasks.materialize import materialize
 from etude.tasks.repo import PatchError, apply_patch
@@ -64,17 +64,17 @@ def patched_files(patch: str) -> list[str]:
 
 class Grader:
     def __init__(
-        self, config: RewardConfig, bwrap: Bwrap | None, sandbox: EnvironmentConfig | None = None
+        self, config: RewardConfig, bwrap: Bwrap | None, sandbox: SandboxConfig | None = None
     ) -> None:
-        """`sandbox`: the limits and binds of the test run, the sessions' own
-        (`RewardSettings.environment`); unset, the environment's defaults."""
+        """`sandbox`: the limits and binds of the test run, grading's from the settings
+        (`RewardSettings.sandbox.for_grading()`); unset, the defaults."""
         if config.reward_function not in REWARD_FUNCTIONS:
             known = ", ".join(sorted(REWARD_FUNCTIONS))
             raise ValueError(f"unknown reward function {config.reward_function!r}; known: {known}")
         assert config.cache_dir is not None
         self.config = config
         self.bwrap = bwrap
-        self.sandbox = sandbox or EnvironmentConfig()
+        self.sandbox = sandbox or SandboxConfig()
         self._materialize_lock = asyncio.Lock()
 
     async def score(self, task: Task, patch: str) -> Score:

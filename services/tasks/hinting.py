@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import Bwrap
+from etude.sandbox.bwrap import Bwrap
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.grading_config import UnsupportedTestCommand
 from etude.tasks.hints import HintError, Hints, locate
 from etude.tasks.materialize import PROJECTS_DIR, MaterializeError, materialize
@@ -42,7 +42,7 @@ def compute_hints(
     *,
     projects_dir: Path = PROJECTS_DIR,
     checkouts_dir: Path | None = None,
-    sandbox: EnvironmentConfig | None = None,
+    sandbox: SandboxConfig | None = None,
 ) -> Hints:
     repository = materialize(task, cache_dir, projects_dir, checkouts_dir)
     traceback = first_failure(task, repository, bwrap=bwrap, sandbox=sandbox)
@@ -56,14 +56,18 @@ def hint_all(
     *,
     workers: int = 2,
     checkouts_dir: Path | None = None,
+    sandbox: SandboxConfig | None = None,
     on_done: Callable[[HintResult], None] = lambda result: None,
 ) -> list[HintResult]:
     """Every task with its hints (in input order); a task whose hints fail keeps none and
-    says why (stale hints from an earlier computation are dropped)."""
+    says why (stale hints from an earlier computation are dropped). `sandbox`: the limits
+    and binds of the test runs (grading's); unset, the defaults."""
 
     def one(task: Task) -> HintResult:
         try:
-            hints = compute_hints(task, cache_dir, bwrap, checkouts_dir=checkouts_dir)
+            hints = compute_hints(
+                task, cache_dir, bwrap, checkouts_dir=checkouts_dir, sandbox=sandbox
+            )
             result = HintResult(with_hints(task, hints))
         except (HintError, TracebackError, MaterializeError, PatchError,
                 UnsupportedTestCommand) as error:  # fmt: skip

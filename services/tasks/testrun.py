@@ -7,8 +7,9 @@ under test cannot steer it (see `grading_plugin.py` for the in-sandbox half):
   `options_from`, the repository as the task built it, before any patch;
 - the results come over a pipe the grader alone reads, as HMAC-sealed records; nothing
   is read back from the tree (no JUnit file in it);
-- the sandbox joins a fresh cgroup (memory + pids, the sessions' limits) that is emptied
-  and removed at the end and on timeout, so no process outlives the run.
+- the sandbox joins a fresh cgroup (memory + pids, the limits of `config`: for grading,
+  `SandboxConfig.for_grading()`) that is emptied and removed at the end and on timeout, so
+  no process outlives the run.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import SANDBOX_PATH, WORKSPACE, Bwrap, bind_args, sandbox_argv
-from etude.environment.sandbox.limits import CgroupSupport, SessionCgroup, limited
-from etude.environment.sandbox.procs import descendants, kill_all
+from etude.sandbox.bwrap import SANDBOX_PATH, WORKSPACE, Bwrap, bind_args, sandbox_argv
+from etude.sandbox.config import SandboxConfig
+from etude.sandbox.limits import CgroupSupport, SessionCgroup, limited
+from etude.sandbox.procs import descendants, kill_all
 from etude.tasks.grading_config import command_args, override_args, read_options
 
 PLUGIN_SOURCE = Path(__file__).with_name("grading_plugin.py")
@@ -78,7 +79,7 @@ def run_pytest(
     command: str,
     *,
     bwrap: Bwrap | None,
-    config: EnvironmentConfig,
+    config: SandboxConfig,
     timeout_s: float,
     test_paths: tuple[str, ...] = (),
     options_from: Path | None = None,
@@ -114,7 +115,7 @@ def run_pytest(
     if bwrap is not None:
         python = sandbox_argv(
             bwrap, workspace_args=bind_args(workdir), ro_binds=config.ro_binds, info_fd=None,
-            command=python,
+            command=python, uid=config.uid, gid=config.uid, tmp_bytes=config.tmp_bytes,
         )  # fmt: skip
     cgroup = SessionCgroup(
         cgroups or host_cgroups(), f"etude-grade-{os.getpid()}-{secrets.token_hex(6)}", config

@@ -13,8 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import Bwrap
+from etude.sandbox.bwrap import Bwrap
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.repo import apply_patch
 from etude.tasks.task import Task
 from etude.tasks.testrun import run_pytest
@@ -48,7 +48,7 @@ def first_failure(
     repository: Path,
     *,
     bwrap: Bwrap | None,
-    sandbox: EnvironmentConfig | None = None,
+    sandbox: SandboxConfig | None = None,
     timeout_s: float = 60.0,
 ) -> str:
     """Run the task's first FAIL_TO_PASS test on a copy of its buggy `repository` with
@@ -62,7 +62,7 @@ def first_failure(
         apply_patch(workdir, task.test_patch)
         run = run_pytest(
             workdir, f"{task.test_command} --tb=short", bwrap=bwrap,
-            config=sandbox or EnvironmentConfig(), timeout_s=timeout_s,
+            config=sandbox or SandboxConfig(), timeout_s=timeout_s,
             test_paths=(test_id,), options_from=repository,
         )  # fmt: skip
     if run.timed_out:

@@ -7,9 +7,10 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from etude.environment.sandbox.bwrap import Bwrap
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
+from etude.sandbox.bwrap import Bwrap
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import PROJECTS_DIR
 from etude.tasks.task import Task
 
@@ -39,8 +40,12 @@ async def verify_task(grader: Grader, task: Task) -> Verdict:
 async def verify_all(
     tasks: list[Task], cache_dir: Path, bwrap: Bwrap | None, concurrency: int = 2,
     projects_dir: Path = PROJECTS_DIR, on_done=lambda verdict: None,
+    sandbox: SandboxConfig | None = None,
 ) -> list[Verdict]:  # fmt: skip
-    grader = Grader(RewardConfig(cache_dir=cache_dir, projects_dir=projects_dir), bwrap)
+    """`sandbox`: grading's limits and binds (`SandboxConfig.for_grading()`), so a task is
+    verified as the reward service will grade it; unset, the defaults."""
+    config = RewardConfig(cache_dir=cache_dir, projects_dir=projects_dir)
+    grader = Grader(config, bwrap, sandbox)
     limit = asyncio.Semaphore(concurrency)
 
     async def one(task: Task) -> Verdict:

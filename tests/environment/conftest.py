@@ -7,21 +7,12 @@ from pathlib import Path
 import pytest
 
 from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import SandboxUnavailableError
 from etude.environment.sessions import SessionManager
+from etude.sandbox.bwrap import SandboxUnavailableError
+from etude.sandbox.config import SandboxConfig
+from tests.sandbox.conftest import repo, small_sandbox
 
-MIB = 1024 * 1024
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    (root / "pkg").mkdir(parents=True)
-    (root / "README.md").write_text("# demo\n")
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    (root / "notes.txt").write_text("one\ntwo\nthree\n")
-    return root
+__all__ = ["make_config", "make_manager", "repo"]  # `repo`: the sandbox tests' fixture
 
 
 def make_config(tmp_path: Path, **overrides) -> EnvironmentConfig:
@@ -30,23 +21,23 @@ def make_config(tmp_path: Path, **overrides) -> EnvironmentConfig:
         # Sessions open repositories built under tmp_path (the environment's own root_dir
         # inside it stays refused).
         "repository_roots": (tmp_path,),
-        "file_size_bytes": 16 * MIB,
-        "processes": 64,
-        "memory_bytes": 1024 * MIB,
-        "address_space_bytes": 2048 * MIB,
     }
     return EnvironmentConfig(**{**defaults, **overrides})
 
 
-@pytest.fixture
-def config(tmp_path: Path) -> EnvironmentConfig:
-    return make_config(tmp_path)
+def make_manager(tmp_path: Path, *, search=None, observer=None, **overrides) -> SessionManager:
+    """A session manager on real sandboxes with small limits; each of `overrides` is a
+    field of `EnvironmentConfig` or of `SandboxConfig`."""
+    sandbox = {k: overrides.pop(k) for k in list(overrides) if k in SandboxConfig.model_fields}
+    return SessionManager(
+        make_config(tmp_path, **overrides), small_sandbox(**sandbox), search, observer
+    )
 
 
 @pytest.fixture
-async def manager(config: EnvironmentConfig):
+async def manager(tmp_path: Path):
     try:
-        manager = SessionManager(config)
+        manager = make_manager(tmp_path)
     except SandboxUnavailableError as error:
         pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
     yield manager

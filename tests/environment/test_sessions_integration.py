@@ -14,9 +14,8 @@ from etude.environment.client import GrpcEnvironment, InProcessEnvironment
 from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
 from etude.environment.metrics import PrometheusObserver
 from etude.environment.server import registration
-from etude.environment.sessions import SessionManager
 from etude.environment.tools.base import SearchHit
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +83,7 @@ async def test_diff_shows_edits_additions_and_deletions(manager, repo):
 
 
 async def test_idle_sessions_expire_and_free_their_files(tmp_path, repo):
-    manager = SessionManager(make_config(tmp_path, idle_ttl_seconds=0.3))
+    manager = make_manager(tmp_path, idle_ttl_seconds=0.3)
     try:
         session = await manager.create("t", repo)
         kept = await manager.create("t", repo, idle_ttl=60)
@@ -99,7 +98,7 @@ async def test_idle_sessions_expire_and_free_their_files(tmp_path, repo):
 
 
 async def test_the_number_of_live_sessions_is_bounded(tmp_path, repo):
-    manager = SessionManager(make_config(tmp_path, max_sessions=2))
+    manager = make_manager(tmp_path, max_sessions=2)
     try:
         first = await manager.create("t", repo)
         await manager.create("t", repo)
@@ -132,7 +131,7 @@ class SlowSearch:
 
 
 async def test_eight_slow_reads_overlap_in_one_batch(tmp_path, repo):
-    manager = SessionManager(make_config(tmp_path), search=SlowSearch())
+    manager = make_manager(tmp_path, search=SlowSearch())
     try:
         session = await manager.create("t", repo)
         batch = [call("codebase_search", i, query="add") for i in range(8)]
@@ -187,7 +186,7 @@ async def test_a_tool_failure_is_a_result_and_the_session_lives_on(manager, repo
 
 @pytest.fixture
 async def grpc_environment(tmp_path):
-    manager = SessionManager(make_config(tmp_path, max_sessions=3), observer=PrometheusObserver())
+    manager = make_manager(tmp_path, max_sessions=3, observer=PrometheusObserver())
     runtime = ServiceRuntime(
         "environment", GrpcSettings(drain_seconds=0, grace_seconds=1), [registration(manager)]
     )
@@ -267,7 +266,7 @@ async def test_a_symlink_made_inside_the_sandbox_cannot_lead_tools_out(manager, 
     ("backend", "mode"), [("bwrap", "copy"), ("process", "copy")], ids=["bwrap-copy", "process"]
 )
 async def test_other_backends_and_modes_keep_the_same_behaviour(tmp_path, repo, backend, mode):
-    manager = SessionManager(make_config(tmp_path, backend=backend, workspace_mode=mode))
+    manager = make_manager(tmp_path, backend=backend, workspace_mode=mode)
     try:
         env = InProcessEnvironment(manager)
         opened = await env.create_session("t", str(repo))

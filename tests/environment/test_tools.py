@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from etude.common.toolcalls import parse_tool_calls, tools_by_name
-from etude.environment.sandbox.bwrap import SandboxUnavailableError, find_bwrap
 from etude.environment.tools import TOOLS, describe_tools, grep_engines, tool_specs
 from etude.environment.tools import grep as grep_module
 from etude.environment.tools.base import (
@@ -24,8 +23,9 @@ from etude.environment.tools.base import (
     ToolOutput,
 )
 from etude.environment.tools.gitignore import compile_glob, parse_line
-from etude.environment.tools.output import cap_output
 from etude.environment.tools.paths import resolve
+from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
+from etude.sandbox.output import cap_output
 
 HAS_RIPGREP = shutil.which("rg") is not None
 
@@ -208,13 +208,6 @@ async def test_direct_calls_check_unknown_and_missing_arguments(ctx):
     missing = await call(ctx, "edit_file", path="a")
     assert failed(missing, "bad_argument")
     assert "missing required parameter(s): new_string, old_string" in missing.output
-
-
-def test_cap_output_keeps_head_and_tail_and_counts_the_cut():
-    assert cap_output("short") == ("short", 0)
-    assert cap_output("0123456789", head=3, tail=2) == ("012\n[… 5 characters cut …]\n89", 5)
-    text, cut = cap_output("x" * 10_001)
-    assert cut == 1 and text.count("x") == 10_000
 
 
 async def test_every_output_is_capped_by_the_registry(ctx, workspace):

@@ -20,6 +20,7 @@ from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
 from etude.reward.store import TaskStore
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import build_buggy_repository, materialize
 from etude.tasks.repo import unified_diff
 from etude.tasks.synth.synthesize import SynthOptions, kept_mutants, load_project, to_task
@@ -103,7 +104,7 @@ async def test_score_over_grpc_reads_the_agents_session(task_and_project, tmp_pa
     tasks_file = tmp_path / "tasks.jsonl"
     write_jsonl(tasks_file, [task])
     repository = materialize(task, tmp_path / "agent-cache", project.root.parent)
-    manager = SessionManager(EnvironmentConfig(root_dir=tmp_path / "env"))
+    manager = SessionManager(EnvironmentConfig(root_dir=tmp_path / "env"), SandboxConfig())
     environment = InProcessEnvironment(manager)
     config = RewardConfig(
         projects_dir=project.root.parent, cache_dir=tmp_path / "cache", tasks_files=(tasks_file,)

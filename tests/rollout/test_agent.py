@@ -10,7 +10,6 @@ import pytest
 from etude.common.payloads import RolloutRequest
 from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.client import InProcessEnvironment
-from etude.environment.sessions import SessionManager
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader, Score
@@ -20,7 +19,7 @@ from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver
 from etude.tasks.materialize import TASKS_FILE, materialize
 from etude.tasks.task import read_jsonl
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 from tests.tasks.conftest import bwrap  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -65,7 +64,7 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture
 async def runner(tmp_path, bwrap, cache):  # noqa: F811
-    manager = SessionManager(make_config(tmp_path))
+    manager = make_manager(tmp_path)
     environment = InProcessEnvironment(manager)
     grader = Grader(RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60), bwrap)
 

@@ -9,7 +9,6 @@ import pytest
 
 from etude.common.run_config import TasksConfig
 from etude.environment.client import InProcessEnvironment
-from etude.environment.sessions import SessionManager
 from etude.inference.engine import EngineConfig
 from etude.inference.torch_backend import TorchBackend
 from etude.model.checkpoint import build_model
@@ -20,7 +19,7 @@ from etude.rollout.agent import EpisodeLimits, EpisodeRunner
 from etude.rollout.evaluation import pass_at_1, wilson_interval
 from etude.tasks.materialize import materialize
 from etude.trainer.taskset import load_taskset
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 from tests.inference.conftest import small_moe_config
 from tests.rollout.test_prompt import GradeById
 from tests.tasks.conftest import bwrap  # noqa: F401
@@ -42,7 +41,7 @@ async def test_pass_at_1_counts_every_sampled_episode_at_the_tier_asked(tmp_path
     backend = TorchBackend(
         build_model(config, seed=0).eval(), tokenizer, EngineConfig(max_num_seqs=4)
     )
-    manager = SessionManager(make_config(tmp_path))
+    manager = make_manager(tmp_path)
     environment = InProcessEnvironment(manager)
     cache = tmp_path / "tasks"
     _, held_out = load_taskset(TasksConfig(eval_limit=2, hint_tier=3))

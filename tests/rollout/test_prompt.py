@@ -8,7 +8,6 @@ import pytest
 from etude.common.payloads import RolloutRequest
 from etude.common.toolcalls import ToolCall, parse_tool_calls, render_tool_calls, tools_by_name
 from etude.environment.client import InProcessEnvironment
-from etude.environment.sessions import SessionManager
 from etude.environment.tools import TOOLS, tool_specs
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
@@ -25,7 +24,7 @@ from etude.rollout.prompt import (
 from etude.tasks.hints import instruction_at_tier, task_hints
 from etude.tasks.materialize import TASKS_FILE, materialize
 from etude.tasks.task import Task, read_jsonl
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 from tests.tasks.conftest import bwrap  # noqa: F401
 
 
@@ -116,7 +115,7 @@ async def test_a_tier_3_episode_opens_with_the_short_prompt_and_the_shown_code_f
 ):
     task = next(read_jsonl(TASKS_FILE))
     tokenizer = load_tokenizer()
-    manager = SessionManager(make_config(tmp_path))
+    manager = make_manager(tmp_path)
     environment = InProcessEnvironment(manager)
     cache = tmp_path / "tasks"
     grader = Grader(RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60), bwrap)

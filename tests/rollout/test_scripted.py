@@ -14,7 +14,6 @@ import pytest
 from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.batch import ExecutedCall
 from etude.environment.client import InProcessEnvironment
-from etude.environment.sessions import SessionManager
 from etude.rollout.scripted import ScriptedSolver, ScriptError
 from etude.rollout.scripted_honesty import (
     Episode,
@@ -28,7 +27,7 @@ from etude.rollout.scripted_styles import style_for, tier_styles
 from etude.tasks.materialize import materialize
 from etude.tasks.repo import unified_diff
 from etude.tasks.task import Task
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 from tests.rollout.demonstrations import (
     TRAIN_TASKS,
     fixed_text,
@@ -97,7 +96,7 @@ async def test_real_sessions_show_what_the_solver_expected_and_the_fix_lands(tmp
     """The sample at every tier, one style each, in real sessions: honest on the real
     results, each grep and read_file result exactly what the solver's own reading predicted,
     and the session's diff the gold patch."""
-    manager = SessionManager(make_config(tmp_path))
+    manager = make_manager(tmp_path)
     environment = InProcessEnvironment(manager)
     hinted = {t.id: t for t in hinted_tasks()}
     try:
@@ -149,7 +148,7 @@ async def searching_environment(tmp_path, bwrap):  # noqa: F811
     runtime = ServiceRuntime("search", settings, [registration(SearchServicer(engine))])
     await runtime.start()
     backend = GrpcSearchBackend(runtime.address, ClientSettings(max_attempts=1))
-    manager = SessionManager(make_config(tmp_path), search=backend)
+    manager = make_manager(tmp_path, search=backend)
     yield InProcessEnvironment(manager)
     await manager.close_all()
     await backend.close()
@@ -331,7 +330,7 @@ def synthetic_task(root: Path) -> Task:
 async def test_a_patch_of_two_hunks_is_two_unique_edits_after_a_batch_of_reads(tmp_path, bwrap):  # noqa: F811
     task = synthetic_task(tmp_path / "repo")
     assert task.gold_patch.count("\n@@ ") == 2
-    manager = SessionManager(make_config(tmp_path))
+    manager = make_manager(tmp_path)
     environment = InProcessEnvironment(manager)
     session = (await environment.create_session(task.id, task.repo)).session_id
     try:

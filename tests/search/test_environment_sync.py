@@ -9,11 +9,10 @@ import pytest
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
-from etude.environment.sandbox.bwrap import SandboxUnavailableError
 from etude.environment.search_client import GrpcSearchBackend
-from etude.environment.sessions import SessionManager
+from etude.sandbox.bwrap import SandboxUnavailableError
 from etude.search.server import SearchServicer, registration
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 
 ESPRESSO = "def brew_espresso(grams):\n    return f'a {grams} g shot of espresso'\n"
 
@@ -32,7 +31,7 @@ async def search_runtime(engine):
 async def manager(tmp_path, search_runtime):
     backend = GrpcSearchBackend(search_runtime.address, ClientSettings(max_attempts=1))
     try:
-        manager = SessionManager(make_config(tmp_path), search=backend)
+        manager = make_manager(tmp_path, search=backend)
     except SandboxUnavailableError as error:
         pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
     yield manager

@@ -37,7 +37,6 @@ from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.settings import ClientSettings, GrpcSettings, get_settings
 from etude.environment.server import registration as environment_registration
-from etude.environment.sessions import SessionManager
 from etude.gateway.app import create_app
 from etude.gateway.launcher import RecordOnlyLauncher
 from etude.inference.openai_api import create_app as create_openai_app
@@ -53,7 +52,7 @@ from etude.reward.server import registration as reward_registration
 from etude.reward.store import TaskStore
 from etude.search.server import SearchServicer
 from etude.search.server import registration as search_registration
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 from tests.inference.conftest import backend, model, tokenizer  # noqa: F401
 from tests.search.conftest import engine, minilm, project, shared_cache  # noqa: F401
 
@@ -298,7 +297,7 @@ async def test_openai_api_refuses_non_finite_and_huge_numbers(backend, body):  #
 
 @pytest.fixture
 async def environment(tmp_path, repo):
-    manager = SessionManager(make_config(tmp_path))
+    manager = make_manager(tmp_path)
     runtime = await start(environment_registration(manager))
     channel = open_channel(runtime.address, ClientSettings(timeout_seconds=60))
     try:

@@ -22,10 +22,9 @@ from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.settings import ClientSettings, GrpcSettings
 from etude.environment.server import registration as environment_registration
-from etude.environment.sessions import SessionManager
 from etude.search.server import SearchServicer
 from etude.search.server import registration as search_registration
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 from tests.search.conftest import engine, minilm, project, shared_cache  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -70,10 +69,9 @@ async def environment(tmp_path, repo):
     allowed = tmp_path / "tasks"
     allowed.mkdir()
     repo.rename(allowed / "repo")
-    config = make_config(
+    manager = make_manager(
         tmp_path, repository_roots=(allowed,), root_dir=allowed / "environment-root"
     )
-    manager = SessionManager(config)
     runtime = await start(environment_registration(manager))
     channel = open_channel(runtime.address, ClientSettings(timeout_seconds=60))
     try:

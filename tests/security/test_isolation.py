@@ -17,8 +17,7 @@ from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment
 from etude.environment.server import registration
-from etude.environment.sessions import SessionManager
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +30,7 @@ def shell(command: str, index: int = 0) -> ToolCall:
 
 @pytest.fixture
 async def environment(tmp_path, repo):
-    manager = SessionManager(make_config(tmp_path))
+    manager = make_manager(tmp_path)
     runtime = ServiceRuntime(
         "environment", GrpcSettings(drain_seconds=0, grace_seconds=1), [registration(manager)]
     )

@@ -18,11 +18,11 @@ from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.settings import ClientSettings, GrpcSettings
-from etude.environment.config import EnvironmentConfig
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
 from etude.reward.store import TaskStore
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import LOCATE_TASKS_FILE, PROJECTS_DIR, TASKS_FILE
 from etude.tasks.repo import unified_diff
 from etude.tasks.task import read_jsonl
@@ -191,7 +191,7 @@ def service(tmp_path_factory, bwrap) -> Iterator[str]:  # noqa: F811
     """A reward service on loopback, in a thread with its own event loop; its address."""
     cache = tmp_path_factory.mktemp("grader-cache")
     config = RewardConfig(cache_dir=cache, timeout_seconds=15)  # the bundled task sets
-    sandbox = EnvironmentConfig(processes=64)  # the sessions' settings reach grading
+    sandbox = SandboxConfig(processes=64)  # the sessions' settings reach grading
     grader = Grader(config, bwrap, sandbox)
     servicer = RewardServicer(grader, TaskStore(config.tasks_files), None)
     runtime = ServiceRuntime("reward", GrpcSettings(drain_seconds=0), [registration(servicer)])

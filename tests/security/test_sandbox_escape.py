@@ -19,11 +19,10 @@ from etude.common.grpc_server import ServiceRuntime
 from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment
-from etude.environment.sandbox import limits
-from etude.environment.sandbox.quota import allocated
 from etude.environment.server import registration
-from etude.environment.sessions import SessionManager
-from tests.environment.conftest import make_config
+from etude.sandbox import limits
+from etude.sandbox.quota import allocated
+from tests.environment.conftest import make_manager
 
 pytestmark = pytest.mark.integration
 
@@ -44,8 +43,7 @@ def shell(command: str, index: int = 0, timeout_s: float | None = None) -> ToolC
 
 
 async def start_environment(tmp_path: Path, **overrides):
-    config = make_config(tmp_path, disk_bytes=QUOTA, tmp_bytes=32 * MIB, **overrides)
-    manager = SessionManager(config)
+    manager = make_manager(tmp_path, disk_bytes=QUOTA, tmp_bytes=32 * MIB, **overrides)
     runtime = ServiceRuntime(
         "environment", GrpcSettings(drain_seconds=0, grace_seconds=1), [registration(manager)]
     )

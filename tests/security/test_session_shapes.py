@@ -24,6 +24,7 @@ from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
 from etude.reward.store import TaskStore
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import materialize
 from etude.tasks.task import write_jsonl
 from tests.reward.test_grader_integration import task_and_project  # noqa: F401
@@ -60,7 +61,7 @@ async def stack(task_and_project, tmp_path_factory, bwrap):  # noqa: F811
     tasks_file = tmp / "tasks.jsonl"
     write_jsonl(tasks_file, [task])
     repository = materialize(task, tmp / "agent-cache", project.root.parent)
-    manager = SessionManager(EnvironmentConfig(root_dir=tmp / "env"))
+    manager = SessionManager(EnvironmentConfig(root_dir=tmp / "env"), SandboxConfig())
     environment = InProcessEnvironment(manager)
     config = RewardConfig(
         projects_dir=project.root.parent, cache_dir=tmp / "cache", tasks_files=(tasks_file,)

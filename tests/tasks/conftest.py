@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from etude.environment.sandbox.bwrap import SandboxUnavailableError, find_bwrap
+from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
 
 SOURCE = '''\
 """Small numeric helpers."""

@@ -54,7 +54,7 @@ def test_at_least_200_tasks_ship_split_by_project():
 
 
 async def test_a_sample_of_shipped_tasks_is_caught_and_fixed(tmp_path):
-    from etude.environment.sandbox.bwrap import SandboxUnavailableError, find_bwrap
+    from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
 
     try:
         bwrap = find_bwrap(None)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from etude.environment.config import EnvironmentConfig
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import build_buggy_repository
 from etude.tasks.repo import apply_patch, copy_files
 from etude.tasks.synth.synthesize import SynthOptions, kept_mutants, load_project, to_task
@@ -42,11 +42,11 @@ def test_kept_bugs_fail_their_tests_and_the_gold_patch_fixes_them(tiny_project, 
         copy_files(project.root, workdir, project.files)
         apply_patch(workdir, task.metadata["bug_patch"])
         buggy = run_pytest(workdir, task.test_command, bwrap=bwrap,
-                           config=EnvironmentConfig(), timeout_s=60)  # fmt: skip
+                           config=SandboxConfig(), timeout_s=60)  # fmt: skip
         assert set(buggy.failing) == set(task.fail_to_pass)
         apply_patch(workdir, task.gold_patch)
         fixed = run_pytest(workdir, task.test_command, bwrap=bwrap,
-                           config=EnvironmentConfig(), timeout_s=60)  # fmt: skip
+                           config=SandboxConfig(), timeout_s=60)  # fmt: skip
         assert fixed.failing == []
         assert set(fixed.outcomes) == set(task.fail_to_pass) | set(task.pass_to_pass)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from etude.environment.config import EnvironmentConfig
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.grading_config import UnsupportedTestCommand, command_args, read_options
 from etude.tasks.testrun import run_pytest
 from tests.tasks.conftest import SOURCE, write_tiny_project
@@ -45,7 +45,7 @@ def test_the_tree_under_test_cannot_configure_or_forge_its_run(tmp_path, bwrap):
     broken = SOURCE.replace("    return value\n", "    return low\n", 1)  # clamp: wrong inside
     (tree / "mathbits" / "core.py").write_text(broken)
     run = run_pytest(
-        tree, COMMAND, bwrap=bwrap, config=EnvironmentConfig(), timeout_s=60,
+        tree, COMMAND, bwrap=bwrap, config=SandboxConfig(), timeout_s=60,
         test_paths=("tests/test_core.py",), options_from=base,
     )  # fmt: skip
     assert run.complete and run.problem == ""
@@ -59,5 +59,5 @@ def test_the_tree_under_test_cannot_configure_or_forge_its_run(tmp_path, bwrap):
 def test_a_run_that_exits_before_reporting_is_incomplete(tmp_path, bwrap):
     tree = write_tiny_project(tmp_path / "tree")
     (tree / "mathbits" / "__init__.py").write_text("import os\nos._exit(0)\n")
-    run = run_pytest(tree, COMMAND, bwrap=bwrap, config=EnvironmentConfig(), timeout_s=60)
+    run = run_pytest(tree, COMMAND, bwrap=bwrap, config=SandboxConfig(), timeout_s=60)
     assert run.exit_code == 0 and not run.complete and run.outcomes == {}

@@ -16,8 +16,6 @@ import torch
 from etude.common.payloads import RolloutRequest, Trajectory
 from etude.common.run_config import SftConfig
 from etude.environment.client import InProcessEnvironment
-from etude.environment.sandbox.bwrap import SandboxUnavailableError, find_bwrap
-from etude.environment.sessions import SessionManager
 from etude.model.checkpoint import from_pretrained
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
@@ -27,6 +25,7 @@ from etude.rollout.prompt import IM_END
 from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver
 from etude.rollout.scripted_honesty import derivable_violations, episode_from_text
+from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
 from etude.tasks.materialize import LOCATE_STUBBED_TASKS_FILE, materialize
 from etude.tasks.task import read_jsonl
 from etude.trainer.batch import collate
@@ -38,7 +37,7 @@ from etude.trainer.sft import (
     sft_train,
     split_by_task,
 )
-from tests.environment.conftest import make_config
+from tests.environment.conftest import make_manager
 from tests.rollout.demonstrations import SessionGrader, hinted_tasks, sample
 
 TOKENIZER = load_tokenizer()
@@ -50,7 +49,7 @@ class Stack:
     """An environment, the real grader and an episode runner, in process."""
 
     def __init__(self, root: Path, tasks) -> None:
-        self.manager = SessionManager(make_config(root))
+        self.manager = make_manager(root)
         self.environment = InProcessEnvironment(self.manager)
         config = RewardConfig(cache_dir=root / "tasks", tasks_files=(), timeout_seconds=60)
         grader = Grader(config, find_bwrap(None))

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Protocol
 
 from etude.common.toolcalls import ToolSpec
-from etude.environment.tools.output import cap_output
+from etude.sandbox.output import cap_output
+from etude.sandbox.types import CommandOutcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +38,6 @@ class ToolOutput:
     @classmethod
     def error(cls, reason: str, message: str, exit_code: int = 1) -> ToolOutput:
         return cls(output=message, exit_code=exit_code, error_reason=reason)
-
-
-@dataclass(frozen=True, slots=True)
-class CommandOutcome:
-    output: str
-    """Combined stdout and stderr, already capped (head + tail)."""
-    exit_code: int
-    timed_out: bool
-    truncated_chars: int
 
 
 class CommandRunner(Protocol):

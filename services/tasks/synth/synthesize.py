@@ -18,8 +18,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import Bwrap
+from etude.sandbox.bwrap import Bwrap
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.repo import content_hash, copy_files, project_files, unified_diff
 from etude.tasks.synth.mutations import Mutation, find_mutations
 from etude.tasks.task import DEFAULT_TEST_COMMAND, Task
@@ -93,7 +93,11 @@ def candidates(project: Project, seed: int) -> list[Mutation]:
 
 
 def _run_mutant(
-    project: Project, mutation: Mutation | None, bwrap: Bwrap | None, timeout_s: float
+    project: Project,
+    mutation: Mutation | None,
+    bwrap: Bwrap | None,
+    sandbox: SandboxConfig,
+    timeout_s: float,
 ) -> TestRun:
     with tempfile.TemporaryDirectory(prefix="etude-synth-") as scratch:
         workdir = Path(scratch)
@@ -102,8 +106,7 @@ def _run_mutant(
             target = workdir / mutation.path
             target.write_text(mutation.apply(target.read_text()))
         return run_pytest(
-            workdir, SUITE_COMMAND, bwrap=bwrap, config=EnvironmentConfig(),
-            timeout_s=timeout_s,
+            workdir, SUITE_COMMAND, bwrap=bwrap, config=sandbox, timeout_s=timeout_s,
         )  # fmt: skip
 
 
@@ -125,8 +128,13 @@ def kept_mutants(
     options: SynthOptions,
     bwrap: Bwrap | None,
     on_tried: Callable[[int, int], None] = lambda tried, kept: None,
+    sandbox: SandboxConfig | None = None,
 ) -> Iterator[Kept]:
-    baseline = _run_mutant(project, None, bwrap, options.timeout_s)
+    """The mutants of `project` that make tasks, in candidate order. `sandbox`: the
+    limits and binds of the suite's runs, grading's (`SandboxConfig.for_grading()`) so a
+    task is kept under the limits it will be graded with; unset, the defaults."""
+    sandbox = sandbox or SandboxConfig()
+    baseline = _run_mutant(project, None, bwrap, sandbox, options.timeout_s)
     if not baseline.outcomes or baseline.failing:
         raise ValueError(
             f"{project.name}: the suite must pass before mutating; failing: "
@@ -143,7 +151,9 @@ def kept_mutants(
         while kept < options.per_project and (pending or index < len(order)):
             while len(pending) < window and index < len(order):
                 mutation = order[index]
-                future = pool.submit(_run_mutant, project, mutation, bwrap, options.timeout_s)
+                future = pool.submit(
+                    _run_mutant, project, mutation, bwrap, sandbox, options.timeout_s
+                )
                 pending.append((mutation, future))
                 index += 1
             mutation, future = pending.pop(0)

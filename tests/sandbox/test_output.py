@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from etude.environment.sandbox.output import CappedOutput
+from etude.sandbox.output import CappedOutput, cap_output
 
 
 def capture(chunks, head=5, tail=5):
@@ -38,3 +38,10 @@ def test_multibyte_characters_are_counted_as_characters():
     text, cut = capture(["é".encode() * 20], head=3, tail=3)
     assert cut == 14
     assert text == "ééé\n[… 14 characters cut …]\nééé"
+
+
+def test_cap_output_keeps_head_and_tail_and_counts_the_cut():
+    assert cap_output("short") == ("short", 0)
+    assert cap_output("0123456789", head=3, tail=2) == ("012\n[… 5 characters cut …]\n89", 5)
+    text, cut = cap_output("x" * 10_001)
+    assert cut == 1 and text.count("x") == 10_000

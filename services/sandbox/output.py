@@ -2,11 +2,12 @@
 
 A command may print gigabytes; only a bounded head and tail are ever held in memory.
 Bytes are kept with room for multi-byte characters, then cut to characters at the end.
+
+Long output is cut in the middle rather than at the end because both ends carry signal: the
+start of a command's output says what ran, the end says how it finished (tracebacks, summaries).
 """
 
 from __future__ import annotations
-
-from etude.environment.tools.output import cap_output, join_cut
 
 _BYTES_PER_CHAR = 4  # the most UTF-8 needs
 # Every byte value except UTF-8 continuation bytes (0b10xxxxxx), for counting characters.
@@ -52,3 +53,20 @@ class CappedOutput:
         kept_tail = tail[len(tail) - self.tail_chars :] if self.tail_chars else ""
         cut = self.dropped_chars + len(head) - len(kept_head) + len(tail) - len(kept_tail)
         return join_cut(kept_head, cut, kept_tail), cut
+
+
+def cap_output(text: str, head: int = 5000, tail: int = 5000) -> tuple[str, int]:
+    """Keep the first `head` and last `tail` characters; return the text and how many were cut.
+
+    The cut is marked in the text itself so the agent knows something is missing.
+    """
+    cut = len(text) - head - tail
+    if cut <= 0:
+        return text, 0
+    ending = text[len(text) - tail :] if tail else ""
+    return join_cut(text[:head], cut, ending), cut
+
+
+def join_cut(head: str, cut: int, tail: str) -> str:
+    """The kept start and end of a text with the mark of what is missing between them."""
+    return f"{head}\n[… {cut} characters cut …]\n{tail}"

@@ -41,18 +41,18 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import NoReturn
 
-from etude.environment.config import EnvironmentConfig
-from etude.environment.sandbox.bwrap import (
+from etude.sandbox.bwrap import (
     WORKSPACE,
     Bwrap,
     bind_args,
     overlay_args,
     sandbox_argv,
 )
-from etude.environment.sandbox.limits import CgroupSupport, SessionCgroup, limited
-from etude.environment.sandbox.procs import (
+from etude.sandbox.config import SandboxConfig
+from etude.sandbox.limits import CgroupSupport, SessionCgroup, limited
+from etude.sandbox.procs import (
     children,
     descendants,
     in_group,
@@ -60,14 +60,12 @@ from etude.environment.sandbox.procs import (
     subtree,
     tasks_of_user,
 )
-from etude.environment.sandbox.quota import DiskQuota
-from etude.environment.sandbox.shell import DRIVER, RunningCommand, ShellProtocol, ShellWatch
-from etude.environment.tools.base import CommandOutcome
-from etude.environment.workspace import Layout
+from etude.sandbox.quota import DiskQuota
+from etude.sandbox.shell import DRIVER, RunningCommand, ShellProtocol, ShellWatch
+from etude.sandbox.types import CommandOutcome, Layout
 
 log = logging.getLogger(__name__)
 
-Backend = Literal["bwrap", "process"]
 KILL_GRACE_SECONDS = 2.0
 PROCESS_POLL_SECONDS = (0.02, 0.05)  # while a command runs, between commands
 DISK_POLL_SECONDS = (0.05, 2.0)  # while a command runs, between commands
@@ -85,18 +83,18 @@ class Sandbox:
         self,
         name: str,
         layout: Layout,
-        config: EnvironmentConfig,
-        backend: Backend,
+        config: SandboxConfig,
         bwrap: Bwrap | None,
         cgroups: CgroupSupport,
         on_kill: Callable[[str], None] = lambda reason: None,
     ) -> None:
-        """`on_kill(reason)` hears of every kill: `timeout`, `processes`, `memory`, `disk`."""
+        """`bwrap` is the configured backend's (None for `process`); `on_kill(reason)` hears
+        of every kill: `timeout`, `processes`, `memory`, `disk`."""
         self.name = name
         self.on_kill = on_kill
         self.layout = layout
         self.config = config
-        self.backend = backend
+        self.backend = config.backend
         self.bwrap = bwrap
         self.cgroups = cgroups
         self.process: asyncio.subprocess.Process | None = None
@@ -156,8 +154,8 @@ class Sandbox:
             )
             argv = sandbox_argv(
                 self.bwrap, workspace_args=workspace, ro_binds=self.config.ro_binds,
-                info_fd=write_info, command=shell, uid=self.config.sandbox_uid,
-                gid=self.config.sandbox_uid, tmp_bytes=self.config.tmp_bytes,
+                info_fd=write_info, command=shell, uid=self.config.uid,
+                gid=self.config.uid, tmp_bytes=self.config.tmp_bytes,
             )  # fmt: skip
             try:
                 # Nothing of the service's environment reaches even bwrap's own process.

@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from etude.environment.config import EnvironmentConfig
+from etude.sandbox.config import SandboxConfig
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def limited(argv: list[str], config: EnvironmentConfig, cgroup: SessionCgroup) -> list[str]:
+def limited(argv: list[str], config: SandboxConfig, cgroup: SessionCgroup) -> list[str]:
     """`argv` behind a bash that joins the session's cgroup and sets the rlimits, then
     `exec`s it, so the limits hold from the sandbox's first instruction.
 
@@ -99,7 +99,7 @@ def _writable(directory: Path) -> bool:
 class SessionCgroup:
     """The cgroup(s) of one session's sandbox."""
 
-    def __init__(self, support: CgroupSupport, name: str, config: EnvironmentConfig) -> None:
+    def __init__(self, support: CgroupSupport, name: str, config: SandboxConfig) -> None:
         self.dirs: list[Path] = []
         if support.version == 2:
             d = support.parents["unified"] / name

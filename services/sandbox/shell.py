@@ -33,7 +33,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from etude.environment.sandbox.output import CappedOutput
+from etude.sandbox.output import CappedOutput
 
 DRIVER = r"""
 while IFS= read -r -d '' __etude_nonce && IFS= read -r -d '' __etude_command; do

