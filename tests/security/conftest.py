@@ -4,4 +4,4 @@ performed through a public API, asserting it fails and the service still works a
 Fixtures shared with the service tests are re-exported here.
 """
 
-from tests.environment.conftest import config, manager, repo  # noqa: F401
+from tests.environment.conftest import manager, repo  # noqa: F401
