@@ -31,7 +31,7 @@ from etude.environment.sessions import SessionManager
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader, Score
-from etude.rollout.agent import EpisodeLimits, EpisodeRunner
+from etude.rollout.agent import EpisodeRunner
 from etude.rollout.scripted_styles import style_for, tier_styles
 from etude.sandbox.bwrap import find_bwrap
 from etude.sandbox.config import SandboxConfig
@@ -64,7 +64,7 @@ async def demonstrate(tasks: list[Task], tiers, variants: int, scratch: Path) ->
     config = RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60)
     grader = OnceGrader(environment, Grader(config, find_bwrap(None)), tasks)
     runner = EpisodeRunner(
-        environment, grader, load_tokenizer(), EpisodeLimits.from_config(RolloutConfig()),
+        environment, grader, load_tokenizer(), RolloutConfig(),
         lambda task: materialize(task, cache),
     )  # fmt: skip
     try:

@@ -109,9 +109,9 @@ async def environment_round_trip(address: str, run_dir: Path, settings: EtudeSet
     finally:
         await env.close()
     ok = (
-        all(r.exit_code == 0 for r in results)
-        and results[1].output.startswith("hello")
-        and "made" in results[2].output
+        all(r.result.exit_code == 0 for r in results)
+        and results[1].result.output.startswith("hello")
+        and "made" in results[2].result.output
         and diff.changed_paths == ["made.txt"]
     )
     millis = (time.perf_counter() - started) * 1000
@@ -138,8 +138,8 @@ async def search_round_trip(address: str, run_dir: Path, settings: EtudeSettings
         await env.close_session(opened.session_id)
     finally:
         await env.close()
-    found = results[1].output
-    ok = results[1].exit_code == 0 and found.startswith("greeting.py:1-2")
+    found = results[1].result.output
+    ok = results[1].result.exit_code == 0 and found.startswith("greeting.py:1-2")
     millis = (time.perf_counter() - started) * 1000
     detail = f"{millis:.0f} ms" if ok else found[:200]
     return Check("codebase_search after an edit", ok, detail)

@@ -107,17 +107,6 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolResult:
-    """What a tool returned; ``truncated`` says the output was cut before being sent back."""
-
-    call_id: str
-    name: str
-    output: str
-    exit_code: int = 0
-    truncated: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class ParseError:
     """A problem in model output: ``code`` is an ``ErrorCode``, ``snippet`` the offending text."""
 
@@ -484,26 +473,23 @@ def render_tool_calls(calls: Iterable[ToolCall]) -> str:
     return "\n".join(render_tool_call(call) for call in calls)
 
 
-def render_tool_result(result: ToolResult) -> str:
-    """Render ``<tool_result id="…" name="…" exit_code="…" truncated="true|false">``.
+def render_tool_result(
+    call_id: str, name: str, output: str, exit_code: int = 0, truncated: bool = False
+) -> str:
+    """Render ``<tool_result id="…" name="…" exit_code="…" truncated="true|false">``;
+    ``truncated`` says the output was cut before being sent back.
 
     Attribute values are double-quoted and never contain quotes: the id and name must be valid
     names. The output follows the newline rule of parameter values, and a ``</tool_result>``
     inside it is escaped like a value's closing tags.
     """
-    _require_name(result.call_id, "call id")
-    _require_name(result.name, "function")
-    truncated = "true" if result.truncated else "false"
+    _require_name(call_id, "call id")
+    _require_name(name, "function")
     header = (
-        f'<tool_result id="{result.call_id}" name="{result.name}" '
-        f'exit_code="{int(result.exit_code)}" truncated="{truncated}">'
+        f'<tool_result id="{call_id}" name="{name}" '
+        f'exit_code="{int(exit_code)}" truncated="{"true" if truncated else "false"}">'
     )
-    output = _RESULT_ESCAPER.sub(_add_backslash, result.output)
-    return f"{header}\n{output}\n</tool_result>"
-
-
-def render_tool_results(results: Iterable[ToolResult]) -> str:
-    return "\n".join(render_tool_result(result) for result in results)
+    return f"{header}\n{_RESULT_ESCAPER.sub(_add_backslash, output)}\n</tool_result>"
 
 
 def render_parse_errors(errors: Iterable[ParseError]) -> str:

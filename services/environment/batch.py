@@ -2,43 +2,18 @@
 
 Read-only calls run concurrently. A mutating call is a barrier: it starts after every
 call issued before it has finished and runs alone, and calls issued after it see its
-effect. Results come back in call order, each with its own duration.
+effect. Results come back in call order; each call times itself (sessions.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from etude.common.toolcalls import ToolCall
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutedCall:
-    call_id: str
-    name: str
-    output: str
-    exit_code: int
-    truncated: bool
-    truncated_chars: int
-    duration_seconds: float
-    error_reason: str | None
-    ends_episode: bool
-
+from etude.environment.types import ExecutedCall
 
 RunCall = Callable[[ToolCall], Awaitable[ExecutedCall]]
-
-
-async def timed(call: ToolCall, run: RunCall) -> ExecutedCall:
-    start = time.perf_counter()
-    result = await run(call)
-    duration = time.perf_counter() - start
-    return ExecutedCall(
-        result.call_id, result.name, result.output, result.exit_code, result.truncated,
-        result.truncated_chars, duration, result.error_reason, result.ends_episode,
-    )  # fmt: skip
 
 
 async def run_batch(
@@ -47,24 +22,19 @@ async def run_batch(
     read_only: Callable[[str], bool],
     parallel: bool = True,
 ) -> list[ExecutedCall]:
-    results: list[ExecutedCall | None] = [None] * len(calls)
-
-    async def one(index: int) -> None:
-        results[index] = await timed(calls[index], run)
-
-    async def together(indices: list[int]) -> None:
-        if len(indices) == 1:
-            await one(indices[0])  # no task to create for a lone call, the common case
-        elif indices:
-            await asyncio.gather(*(one(i) for i in indices))
-
-    concurrent: list[int] = []
-    for index, call in enumerate(calls):
+    results: list[ExecutedCall] = []
+    reads: list[ToolCall] = []  # read-only calls since the last barrier, to run together
+    for call in calls:
         if parallel and read_only(call.name):
-            concurrent.append(index)
+            reads.append(call)
             continue
-        await together(concurrent)
-        concurrent = []
-        await one(index)
-    await together(concurrent)
-    return [r for r in results if r is not None]
+        results += await _together(reads, run)
+        reads = []
+        results.append(await run(call))
+    return results + await _together(reads, run)
+
+
+async def _together(calls: list[ToolCall], run: RunCall) -> list[ExecutedCall]:
+    if len(calls) == 1:
+        return [await run(calls[0])]  # no task to create for a lone call, the common case
+    return list(await asyncio.gather(*map(run, calls)))

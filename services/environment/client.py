@@ -17,10 +17,10 @@ from etude.api.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
 from etude.common.toolcalls import ToolCall
-from etude.environment.batch import ExecutedCall
 from etude.environment.diff import WorkspaceDiff
 from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
 from etude.environment.sessions import SessionManager
+from etude.environment.types import ExecutedCall
 from etude.environment.wire import call_to_proto, result_from_proto
 
 

@@ -18,19 +18,15 @@ from pathlib import Path
 from etude.common.ids import new_id
 from etude.common.logging import log_fields
 from etude.common.toolcalls import ToolCall
-from etude.environment.batch import ExecutedCall, run_batch
+from etude.environment.batch import run_batch
 from etude.environment.config import EnvironmentConfig
 from etude.environment.diff import WorkspaceDiff, diff_trees
 from etude.environment.errors import SessionLimitError, SessionNotFoundError
 from etude.environment.observer import EnvironmentObserver
 from etude.environment.search_sync import SearchIndexBackend, SearchSync
 from etude.environment.tools import TOOLS
-from etude.environment.tools.base import (
-    SandboxNamespaces,
-    ToolArgumentError,
-    ToolContext,
-    ToolOutput,
-)
+from etude.environment.tools.base import SandboxNamespaces, ToolContext
+from etude.environment.types import ExecutedCall, ToolOutput
 from etude.environment.workspace import WorkspaceStore
 from etude.sandbox.bwrap import WORKSPACE, Bwrap, check_bwrap_works, configured_bwrap
 from etude.sandbox.config import SandboxConfig
@@ -208,32 +204,32 @@ class SessionManager:
             },
         )
 
-        async def run(call: ToolCall) -> ExecutedCall:
-            # A shell command earlier in the batch may have ended the shell: the next call
-            # gets a restarted sandbox and its workspace handle. Read-only calls run together
-            # but never end the shell, so they all see the same root.
-            current = await session.running()
-            context.root, context.namespaces = current.root, _namespaces(current)
-            return await self._run_tool(context, call)
-
+        run = partial(self._run_tool, session, context)
         results = await run_batch(calls, run, _is_read_only, parallel)
         session.last_used = time.monotonic()
-        if any(r.ends_episode for r in results):
+        if any(r.result.ends_episode for r in results):
             session.submitted = True
         return results
 
-    async def _run_tool(self, context: ToolContext, call: ToolCall) -> ExecutedCall:
+    async def _run_tool(
+        self, session: Session, context: ToolContext, call: ToolCall
+    ) -> ExecutedCall:
+        """Where a tool runs: the one place its time is measured and its result made."""
+        # A shell command earlier in the batch may have ended the shell: the next call
+        # gets a restarted sandbox and its workspace handle. Read-only calls run together
+        # but never end the shell, so they all see the same root.
+        sandbox = await session.running()
+        context.root, context.namespaces = sandbox.root, _namespaces(sandbox)
+        tool = TOOLS.get(call.name)
         start = time.perf_counter()
-        result = await _call_tool(context, call)
+        # The tool's guard (`@tool`) checks the arguments and turns every failure into a
+        # result the agent reads.
+        output = await tool.function(context, **call.arguments) if tool else _unknown(call)
+        seconds = time.perf_counter() - start
         if call.name == SHELL_TOOL and self.search:
             self.search.shell_ran(context.session_id)  # what it changed is found lazily
-        seconds = time.perf_counter() - start
-        tool_label = call.name if call.name in TOOLS else "unknown"
-        self.observer.tool_called(tool_label, seconds, result.error_reason)
-        return ExecutedCall(
-            call.id, call.name, result.output, result.exit_code, result.truncated,
-            result.truncated_chars, seconds, result.error_reason, result.ends_episode,
-        )  # fmt: skip
+        self.observer.tool_called(call.name if tool else "unknown", seconds, output.error_reason)
+        return ExecutedCall(call.id, call.name, output, seconds)
 
     async def diff(self, session_id: str) -> WorkspaceDiff:
         session = self.get(session_id)
@@ -288,18 +284,6 @@ def _is_read_only(name: str) -> bool:
     return tool is not None and tool.read_only
 
 
-async def _call_tool(context: ToolContext, call: ToolCall) -> ToolOutput:
-    """A tool's output; every failure, even a bug in a tool, becomes a result the agent reads."""
-    tool = TOOLS.get(call.name)
-    if tool is None:
-        known = ", ".join(sorted(TOOLS))
-        return ToolOutput.error("unknown_tool", f"unknown tool {call.name!r}; tools: {known}")
-    try:
-        return await tool.function(context, **call.arguments)
-    except ToolArgumentError as error:
-        return ToolOutput.error("bad_argument", str(error))
-    except TypeError as error:  # an argument the tool does not take
-        return ToolOutput.error("bad_argument", f"{call.name}: {error}")
-    except Exception as error:
-        log.exception("tool %s failed", call.name)
-        return ToolOutput.error("internal", f"{call.name} failed: {error}")
+def _unknown(call: ToolCall) -> ToolOutput:
+    known = ", ".join(sorted(TOOLS))
+    return ToolOutput.error("unknown_tool", f"unknown tool {call.name!r}; tools: {known}")

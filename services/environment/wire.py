@@ -4,6 +4,8 @@ policy's own text and stay unchecked: a tool turns a bad one into an observation
 
 from __future__ import annotations
 
+import dataclasses
+
 from etude.api.v1 import common_pb2, environment_pb2
 from etude.common.request_checks import (
     InvalidFieldError,
@@ -13,7 +15,7 @@ from etude.common.request_checks import (
     check_text,
 )
 from etude.common.toolcalls import ToolCall
-from etude.environment.batch import ExecutedCall
+from etude.environment.types import ExecutedCall, ToolOutput
 
 MAX_CALLS = 256
 """Tool calls in one Execute."""
@@ -56,29 +58,22 @@ def call_from_proto(message: common_pb2.ToolCall) -> ToolCall:
     return ToolCall(name=message.name, arguments=dict(message.arguments), id=message.id)
 
 
-def result_to_proto(result: ExecutedCall) -> common_pb2.ToolResult:
+# A ToolOutput's fields travel under the same names in common_pb2.ToolResult; one the
+# message lacks fails the first conversion.
+_OUTPUT_FIELDS = tuple(f.name for f in dataclasses.fields(ToolOutput))
+
+
+def result_to_proto(executed: ExecutedCall) -> common_pb2.ToolResult:
+    output = {name: getattr(executed.result, name) for name in _OUTPUT_FIELDS}
+    output["error_reason"] = output["error_reason"] or ""  # a proto3 string has no None
     return common_pb2.ToolResult(
-        call_id=result.call_id,
-        name=result.name,
-        output=result.output,
-        exit_code=result.exit_code,
-        truncated=result.truncated,
-        truncated_chars=result.truncated_chars,
-        duration_seconds=result.duration_seconds,
-        error_reason=result.error_reason or "",
-        ends_episode=result.ends_episode,
+        call_id=executed.call_id, name=executed.name, duration_seconds=executed.seconds, **output
     )
 
 
 def result_from_proto(message: common_pb2.ToolResult) -> ExecutedCall:
+    output = {name: getattr(message, name) for name in _OUTPUT_FIELDS}
+    output["error_reason"] = output["error_reason"] or None
     return ExecutedCall(
-        call_id=message.call_id,
-        name=message.name,
-        output=message.output,
-        exit_code=message.exit_code,
-        truncated=message.truncated,
-        truncated_chars=message.truncated_chars,
-        duration_seconds=message.duration_seconds,
-        error_reason=message.error_reason or None,
-        ends_episode=message.ends_episode,
+        message.call_id, message.name, ToolOutput(**output), message.duration_seconds
     )

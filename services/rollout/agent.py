@@ -23,47 +23,23 @@ from typing import Protocol
 from etude.common.payloads import RolloutRequest, Trajectory
 from etude.common.run_config import RolloutConfig
 from etude.common.toolcalls import (
-    ToolResult,
     parse_tool_calls,
     render_parse_errors,
-    render_tool_results,
+    render_tool_result,
     tools_by_name,
 )
-from etude.environment.batch import ExecutedCall
 from etude.environment.client import EnvironmentClient
 from etude.environment.tools import tool_specs
+from etude.environment.types import ExecutedCall
 from etude.reward.grader import Score
 from etude.rollout import metrics
-from etude.rollout.prompt import IM_END, SHORT_TOOLS, episode_start, observation, system_prompt
+from etude.rollout.prompt import IM_END, episode_start, observation, system_prompt
 from etude.rollout.trajectory import TrajectoryBuilder
 from etude.tasks.hints import at_tier
 from etude.tasks.task import Task
 
 # Below this many tokens of budget a turn cannot hold even one tool call.
 _MIN_TURN_TOKENS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeLimits:
-    max_turns: int = 6
-    max_new_tokens: int = 256
-    max_episode_tokens: int = 3072
-    max_tool_output_chars: int = 2000
-    wall_clock_seconds: float = 300.0
-    turn_cost: float = 0.0
-    """Deducted from the reward per turn (etude.rollout.trajectory.shaped_reward)."""
-    short_prompt_tools: tuple[str, ...] = SHORT_TOOLS
-    """What the short system prompt (hint tier 3) documents."""
-    malformed_cost: float = 0.0
-    """Deducted from the reward per malformed call (a format penalty)."""
-
-    @classmethod
-    def from_config(cls, config: RolloutConfig) -> EpisodeLimits:
-        return cls(
-            config.max_turns, config.max_new_tokens, config.max_episode_tokens,
-            config.max_tool_output_chars, config.wall_clock_seconds, config.turn_cost,
-            config.short_prompt_tools, config.malformed_cost,
-        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +75,19 @@ class EpisodeRunner:
         environment: EnvironmentClient,
         reward: Scorer,
         tokenizer: Tokenizer,
-        limits: EpisodeLimits,
+        config: RolloutConfig,
         repository_for: Callable[[Task], Path],
     ) -> None:
         self.environment = environment
         self.reward = reward
         self.tokenizer = tokenizer
-        self.limits = limits
+        self.config = config
         self.repository_for = repository_for
         self.end_of_turn_id = tokenizer.convert_tokens_to_ids(IM_END)
         self._tools = tools_by_name(tool_specs())
         # Built once: an unknown tool in `short_prompt_tools` fails here, at start-up.
         self._full_prompt = system_prompt()
-        self._short_prompt = system_prompt(short=True, tools=limits.short_prompt_tools)
+        self._short_prompt = system_prompt(short=True, tools=config.short_prompt_tools)
 
     async def run(self, request: RolloutRequest, task: Task, sampler: TurnSampler) -> Trajectory:
         task = at_tier(task, request.hint_tier)  # graded by id: the hints change no test
@@ -124,16 +100,16 @@ class EpisodeRunner:
             try:
                 reason = await asyncio.wait_for(
                     self._turns(session.session_id, builder, sampler),
-                    timeout=self.limits.wall_clock_seconds,
+                    timeout=self.config.wall_clock_seconds,
                 )
             except TimeoutError:
                 reason = "timeout"
             score = await self.reward.score(task.id, session_id=session.session_id)
         finally:
             await self.environment.close_session(session.session_id)
-        limits = self.limits
+        config = self.config
         trajectory = builder.finish(
-            score.reward, score.components, reason, limits.turn_cost, limits.malformed_cost
+            score.reward, score.components, reason, config.turn_cost, config.malformed_cost
         )
         metrics.record_episode(trajectory)
         return trajectory
@@ -141,15 +117,15 @@ class EpisodeRunner:
     async def _turns(
         self, session_id: str, builder: TrajectoryBuilder, sampler: TurnSampler
     ) -> str:
-        limits = self.limits
+        config = self.config
         results: list[ExecutedCall] | None = None
-        for _ in range(limits.max_turns):
-            budget = limits.max_episode_tokens - len(builder.token_ids)
+        for _ in range(config.max_turns):
+            budget = config.max_episode_tokens - len(builder.token_ids)
             if budget < _MIN_TURN_TOKENS:
                 return "max_tokens"
             started = time.perf_counter()
             turn = await sampler.sample(
-                builder.token_ids, results, min(limits.max_new_tokens, budget)
+                builder.token_ids, results, min(config.max_new_tokens, budget)
             )
             metrics.GENERATE_SECONDS.observe(time.perf_counter() - started)
             builder.add_sampled(turn.token_ids, turn.logprobs, turn.policy_versions)
@@ -163,37 +139,30 @@ class EpisodeRunner:
             builder.end_turn([c.name for c in parsed.calls], time.perf_counter() - started)
             builder.behaviour.observe(parsed.calls, parsed.errors, results)
             metrics.record_tool_calls(results)
-            if any(r.ends_episode for r in results):
+            if any(r.result.ends_episode for r in results):
                 return "submitted"
             closed = bool(turn.token_ids) and turn.token_ids[-1] == self.end_of_turn_id
             text = self._observation_text(results, parsed.errors)
             observed = self.tokenizer.encode(observation(text, turn_closed=closed))
             if (
                 len(builder.token_ids) + len(observed) + _MIN_TURN_TOKENS
-                > limits.max_episode_tokens
+                > config.max_episode_tokens
             ):
                 return "max_tokens"
             builder.add_context(observed)
         return "max_turns"
 
     def _observation_text(self, results: list[ExecutedCall], errors) -> str:
-        cap = self.limits.max_tool_output_chars
-        shown = [
-            ToolResult(
-                r.call_id,
-                r.name,
-                _cut(r.output, cap),
-                r.exit_code,
-                r.truncated or len(r.output) > cap,
-            )
-            for r in results
-        ]
-        return "\n".join(
-            part for part in (render_tool_results(shown), render_parse_errors(errors)) if part
-        )
+        parts = [_shown(r, self.config.max_tool_output_chars) for r in results]
+        parts.append(render_parse_errors(errors))
+        return "\n".join(part for part in parts if part)
 
 
-def _cut(output: str, cap: int) -> str:
-    if len(output) <= cap:
-        return output
-    return output[:cap] + f"\n[… {len(output) - cap} more characters cut]"
+def _shown(executed: ExecutedCall, cap: int) -> str:
+    """A result as the policy reads it, its output cut to `cap` characters."""
+    result = executed.result
+    text, cut = result.output[:cap], len(result.output) - cap
+    if cut > 0:
+        text += f"\n[… {cut} more characters cut]"
+    truncated = result.truncated or cut > 0
+    return render_tool_result(executed.call_id, executed.name, text, result.exit_code, truncated)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from etude.common.payloads import Trajectory
 from etude.common.toolcalls import ParseError, ToolCall
-from etude.environment.batch import ExecutedCall
+from etude.environment.types import ExecutedCall
 
 READ_TOOLS = frozenset({"read_file", "grep", "codebase_search", "file_search", "list_dir"})
 """Calls that look at the repository without changing it."""
@@ -85,8 +85,8 @@ class EpisodeBehaviour:
         by_id = {r.call_id: r for r in results}
         read_now: set[str] = set()
         for call in calls:
-            result = by_id.get(call.id)
-            if result is not None and result.error_reason == REJECTED_ARGUMENTS:
+            executed = by_id.get(call.id)
+            if executed is not None and executed.result.error_reason == REJECTED_ARGUMENTS:
                 self.malformed_calls += 1
                 continue
             self.valid_calls += 1
@@ -97,7 +97,7 @@ class EpisodeBehaviour:
                 if self.reads_before_first_edit is None:
                     self.reads_before_first_edit = self._reads
                 self.blind_edits += _path(call) not in self._read_paths
-            if call.name == READ_TOOL and _succeeded(result):
+            if call.name == READ_TOOL and _succeeded(executed):
                 read_now.add(_path(call))
         # Only later turns have seen this turn's results.
         self._read_paths |= read_now
@@ -107,8 +107,10 @@ def _path(call: ToolCall) -> str:
     return workspace_path(call.arguments.get("path", ""))
 
 
-def _succeeded(result: ExecutedCall | None) -> bool:
-    return result is not None and result.exit_code == 0 and result.error_reason is None
+def _succeeded(executed: ExecutedCall | None) -> bool:
+    if executed is None:
+        return False
+    return executed.result.exit_code == 0 and executed.result.error_reason is None
 
 
 def parallel_turns(calls_per_turn: Sequence[int]) -> int:

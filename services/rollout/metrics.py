@@ -8,7 +8,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from etude.common.metrics import LATENCY_BUCKETS_SECONDS
 from etude.common.payloads import Trajectory
-from etude.environment.batch import ExecutedCall
+from etude.environment.types import ExecutedCall
 
 ROLLOUT_SECONDS = Histogram(
     "etude_rollout_seconds",
@@ -90,4 +90,4 @@ def record_episode(trajectory: Trajectory) -> None:
 
 def record_tool_calls(results: Iterable[ExecutedCall]) -> None:
     for result in results:
-        TOOL_CALL_SECONDS.labels(result.name).observe(result.duration_seconds)
+        TOOL_CALL_SECONDS.labels(result.name).observe(result.seconds)

@@ -9,6 +9,7 @@ submit, so the prompt documents only those two tools (and any a run adds,
 
 from __future__ import annotations
 
+from etude.common.run_config import RolloutConfig
 from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.tools import PATH_RULES, TOOLS, describe_tools
 
@@ -29,8 +30,9 @@ RULES = """\
   hidden tests grade the repository as you leave it. A turn with no tool call also ends it."""
 
 
-SHORT_TOOLS = ("edit_file", "submit")
-"""What the short prompt documents unless a run names others (`rollout.short_prompt_tools`)."""
+SHORT_TOOLS: tuple[str, ...] = RolloutConfig.model_fields["short_prompt_tools"].default
+"""What the short prompt documents unless a run names others: the default of
+`rollout.short_prompt_tools`, written once, in the run config."""
 
 _SHORT_EXAMPLE = render_tool_calls([
     ToolCall(id="call_0", name="edit_file", arguments={

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from etude.common.payloads import RolloutRequest
-from etude.environment.batch import ExecutedCall
+from etude.environment.types import ExecutedCall
 from etude.inference.types import CompletionDelta, GenerationRequest, SamplingParams
 from etude.rollout.agent import SampledTurn, Tokenizer
 from etude.rollout.prompt import IM_END

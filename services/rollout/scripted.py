@@ -28,8 +28,8 @@ import re
 from pathlib import Path
 
 from etude.common.toolcalls import ToolCall, render_tool_calls
-from etude.environment.batch import ExecutedCall
 from etude.environment.tools.output import numbered_line
+from etude.environment.types import ExecutedCall, ToolOutput
 from etude.rollout.scripted_patch import (
     Edit,
     Repository,
@@ -166,9 +166,10 @@ class ScriptedSolver:
     def _take(self, results: list[ExecutedCall]) -> None:
         by_id = {r.call_id: r for r in results}
         for call in self._pending:
-            result = by_id.get(call.id)
-            if result is None:
+            executed = by_id.get(call.id)
+            if executed is None:
                 raise ScriptError(f"no result for {call.id} {call.name}")
+            result = executed.result
             # A search index that is absent or failed says to use grep: the script does.
             if result.exit_code != 0 and call.name != "codebase_search":
                 raise ScriptError(f"{call.id} {call.name} failed: {result.output[:300]}")
@@ -195,7 +196,7 @@ class ScriptedSolver:
             output = f"Submitted: {args['message'].strip()}"
         else:  # codebase_search needs the search service
             output, code = "codebase_search is not available. Use grep or file_search.", 1
-        return ExecutedCall(call.id, call.name, output, code, False, 0, 0.0, None, False)
+        return ExecutedCall(call.id, call.name, ToolOutput(output, exit_code=code), 0.0)
 
     def _simulated_edit(self, path: str, old: str, new: str) -> str:
         text = self._texts[path]

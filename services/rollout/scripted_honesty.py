@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from etude.common.toolcalls import ToolCall, parse_tool_calls, tools_by_name
-from etude.environment.batch import ExecutedCall
 from etude.environment.tools import tool_specs
+from etude.environment.types import ExecutedCall
 from etude.rollout.prompt import IM_END, IM_START
 from etude.rollout.scripted_patch import ScriptError
 from etude.rollout.scripted_search import shown
@@ -127,6 +127,7 @@ async def play(solver: ScriptedSolver, execute: Execute | None = None, max_turns
             results = await execute(parsed.calls)
         cap = solver.shown_chars
         steps.append(Step(turn, tuple(
-            ShownResult(r.call_id, r.name, r.exit_code, shown(r.output, cap)) for r in results
+            ShownResult(r.call_id, r.name, r.result.exit_code, shown(r.result.output, cap))
+            for r in results
         )))  # fmt: skip
     return Episode(solver.instruction, tuple(steps))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from etude.common.toolcalls import ToolCall, render_tool_calls
-from etude.environment.batch import ExecutedCall
+from etude.environment.types import ExecutedCall
 from etude.rollout.scripted_patch import ScriptError
 from etude.rollout.scripted_search import grep_hits
 from etude.tasks.locate import ANSWER_FILE, PLACEHOLDER
@@ -72,7 +72,7 @@ class LocateSolver:
 
     def _hit(self, results: list[ExecutedCall] | None) -> str:
         """The path of the grep's only hit (what the agent was shown)."""
-        files = {path for path, _ in grep_hits(results[0].output)} if results else set()
+        files = {path for path, _ in grep_hits(results[0].result.output)} if results else set()
         if len(files) != 1:
             raise ScriptError(f"{self.task.id}: the definition grep found {len(files)} files")
         return files.pop()

@@ -20,7 +20,7 @@ from etude.model.pretrained import resolve_init
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.client import GrpcReward
 from etude.reward.store import TaskStore
-from etude.rollout.agent import EpisodeLimits, EpisodeRunner
+from etude.rollout.agent import EpisodeRunner
 from etude.rollout.config import RolloutSettings
 from etude.rollout.repositories import RepositoryCache
 from etude.rollout.samplers import PolicySampler, sampling_seed
@@ -70,9 +70,7 @@ async def build_worker(
     cache = RepositoryCache(
         config.cache_dir or settings.stack.run_dir / "tasks", config.projects_dir
     )
-    runner = EpisodeRunner(
-        environment, reward, tokenizer, EpisodeLimits.from_config(run.rollout), cache
-    )
+    runner = EpisodeRunner(environment, reward, tokenizer, run.rollout, cache)
 
     def sampler_for(request: RolloutRequest) -> PolicySampler:
         key = rollout_key(request)

@@ -33,7 +33,7 @@ from etude.model.checkpoint import from_pretrained, load_model, save_checkpoint
 from etude.model.model import Transformer
 from etude.model.pretrained import resolve_init
 from etude.reward.client import GrpcReward
-from etude.rollout.agent import EpisodeLimits, EpisodeRunner
+from etude.rollout.agent import EpisodeRunner
 from etude.rollout.behaviour import behaviour_summary
 from etude.rollout.curriculum import Curriculum
 from etude.rollout.evaluation import Evaluation, pass_at_1
@@ -116,7 +116,7 @@ class TrainingRun:
             enter(client.close)
         enter(self.publisher.close)
         self.runner = EpisodeRunner(
-            environment, reward, self.tokenizer, EpisodeLimits.from_config(config.rollout),
+            environment, reward, self.tokenizer, config.rollout,
             RepositoryCache(settings.stack.run_dir / "tasks", PROJECTS_DIR),
         )  # fmt: skip
         r = config.rollout

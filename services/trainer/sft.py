@@ -135,7 +135,7 @@ async def collect_demonstrations(
     gate = asyncio.Semaphore(concurrency)
     counts = {tier: TierCounts() for tier in tiers}
     decode = getattr(tokenizer, "decode", None)
-    limits = runner.limits
+    rollout = runner.config
 
     async def demonstrate(index: int, task: Task, tier: int, variant: int):
         c = counts[tier]
@@ -146,7 +146,7 @@ async def collect_demonstrations(
                 solver = (
                     LocateSolver(task, variant) if is_locate(task) else ScriptedSolver(
                         task, repository, tier=tier, variant=variant,
-                        shown_chars=limits.max_tool_output_chars,
+                        shown_chars=rollout.max_tool_output_chars,
                     )
                 )  # fmt: skip
             except ScriptError as error:
@@ -171,7 +171,7 @@ async def collect_demonstrations(
             c.unscriptable += 1
             return None
         if trajectory.finish_reason in ("max_turns", "max_tokens") or (
-            len(trajectory.token_ids) > limits.max_episode_tokens
+            len(trajectory.token_ids) > rollout.max_episode_tokens
         ):
             c.over_budget += 1
             return None

@@ -14,7 +14,6 @@ from etude.common.toolcalls import (
     ParsedTurn,
     ParseError,
     ToolCall,
-    ToolResult,
     ToolSpec,
     escape_value,
     parse_tool_calls,
@@ -22,7 +21,6 @@ from etude.common.toolcalls import (
     render_tool_call,
     render_tool_calls,
     render_tool_result,
-    render_tool_results,
     tools_by_name,
     unescape_value,
 )
@@ -446,8 +444,8 @@ def test_errors_are_capped() -> None:
 
 
 def test_render_tool_result() -> None:
-    result = ToolResult("call_1", "execute_bash", "a.py\nb.py", exit_code=2, truncated=True)
-    assert render_tool_result(result) == (
+    rendered = render_tool_result("call_1", "execute_bash", "a.py\nb.py", 2, truncated=True)
+    assert rendered == (
         '<tool_result id="call_1" name="execute_bash" exit_code="2" truncated="true">\n'
         "a.py\nb.py\n</tool_result>"
     )
@@ -455,20 +453,17 @@ def test_render_tool_result() -> None:
 
 def test_tool_result_escapes_its_closing_tag_only() -> None:
     output = "</tool_result> <\\/tool_result> </parameter>"
-    rendered = render_tool_results([ToolResult("call_0", "execute_bash", output)])
+    rendered = render_tool_result("call_0", "execute_bash", output)
     assert rendered == (
         '<tool_result id="call_0" name="execute_bash" exit_code="0" truncated="false">\n'
         "<\\/tool_result> <\\\\/tool_result> </parameter>\n</tool_result>"
     )
 
 
-@pytest.mark.parametrize(
-    "result",
-    [ToolResult('call"0', "execute_bash", ""), ToolResult("call_0", "bad name", "")],
-)
-def test_tool_result_rejects_names_that_would_break_the_attributes(result: ToolResult) -> None:
+@pytest.mark.parametrize(("call_id", "name"), [('call"0', "execute_bash"), ("call_0", "bad name")])
+def test_tool_result_rejects_names_that_would_break_the_attributes(call_id, name) -> None:
     with pytest.raises(ValueError):
-        render_tool_result(result)
+        render_tool_result(call_id, name, "")
 
 
 def test_render_tool_call_rejects_invalid_names() -> None:

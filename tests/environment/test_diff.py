@@ -243,8 +243,8 @@ async def test_shapes_made_in_a_session_round_trip(manager, repo, tmp_path):
         shell("mkfifo pipe && rm -r pkg/__init__.py"),
     ]
     for call in calls:
-        [result] = await manager.execute(session.id, [call])
-        assert result.exit_code == 0, result.output
+        [executed] = await manager.execute(session.id, [call])
+        assert executed.result.exit_code == 0, executed.result.output
     sandbox = await session.ready()
     patch = await manager.diff(session.id)
     rebuilt = tmp_path / "rebuilt"

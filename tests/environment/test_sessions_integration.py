@@ -13,7 +13,9 @@ from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment, InProcessEnvironment
 from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
 from etude.environment.metrics import PrometheusObserver
+from etude.environment.observer import EnvironmentObserver
 from etude.environment.server import registration
+from etude.environment.tools import list_dir as list_dir_module
 from etude.environment.tools.base import SearchHit
 from tests.environment.conftest import make_manager
 
@@ -28,9 +30,9 @@ def shell(command: str, index: int = 0) -> ToolCall:
     return call("run_terminal_command", index, command=command)
 
 
-def printed(result) -> str:
+def printed(executed) -> str:
     """A command's output without the exit-code line the tool appends."""
-    return result.output.rsplit("[exit code:", 1)[0]
+    return executed.result.output.rsplit("[exit code:", 1)[0]
 
 
 async def test_a_group_opens_sessions_of_a_new_repository_at_once(manager, repo):
@@ -52,14 +54,14 @@ async def test_fork_starts_from_the_parents_state_and_diverges(manager, repo):
     await env.execute(parent, [shell("echo parent > made.txt; rm README.md; cd pkg")])
     child = await env.fork(parent)
     [seen] = await env.execute(child, [shell("cat made.txt; ls; pwd")])
-    assert seen.output.startswith("parent\n")
-    assert "README.md" not in seen.output
+    assert seen.result.output.startswith("parent\n")
+    assert "README.md" not in seen.result.output
     await env.execute(child, [shell("echo child > made.txt")])
     [parents_view] = await env.execute(parent, [shell("cat /workspace/made.txt")])
     assert printed(parents_view) == "parent\n"
     grandchild = await env.fork(child)
     [deep] = await env.execute(grandchild, [shell("cat made.txt; ls README.md 2>&1")])
-    assert deep.output.startswith("child\n") and "No such file" in deep.output
+    assert deep.result.output.startswith("child\n") and "No such file" in deep.result.output
 
 
 async def test_diff_shows_edits_additions_and_deletions(manager, repo):
@@ -140,7 +142,7 @@ async def test_eight_slow_reads_overlap_in_one_batch(tmp_path, repo):
         results = await manager.execute(session.id, batch)
         elapsed = loop.time() - start
         assert [r.call_id for r in results] == [f"call_{i}" for i in range(8)]
-        assert all(r.exit_code == 0 and "pkg/calc.py" in r.output for r in results)
+        assert all(r.result.exit_code == 0 and "pkg/calc.py" in r.result.output for r in results)
         assert elapsed < 0.2 * 8 / 3  # well under eight times one call
         serial_start = loop.time()
         await manager.execute(session.id, batch, parallel=False)
@@ -161,9 +163,9 @@ async def test_writes_in_a_batch_are_seen_by_later_reads(manager, repo):
             call("read_file", 4, path="notes.txt"),
         ],
     )
-    assert "three" in results[0].output
-    assert "rewritten" in results[2].output and "three" not in results[2].output
-    assert "appended" in results[4].output
+    assert "three" in results[0].result.output
+    assert "rewritten" in results[2].result.output and "three" not in results[2].result.output
+    assert "appended" in results[4].result.output
 
 
 async def test_a_tool_failure_is_a_result_and_the_session_lives_on(manager, repo):
@@ -178,10 +180,58 @@ async def test_a_tool_failure_is_a_result_and_the_session_lives_on(manager, repo
             call("read_file", 4, path="notes.txt"),
         ],
     )
-    assert [r.exit_code != 0 for r in results] == [True, True, True, True, False]
-    assert results[0].error_reason == "outside_workspace"
-    assert results[2].error_reason == "unknown_tool"
-    assert "two" in results[4].output
+    assert [r.result.exit_code != 0 for r in results] == [True, True, True, True, False]
+    assert results[0].result.error_reason == "outside_workspace"
+    assert results[2].result.error_reason == "unknown_tool"
+    assert "two" in results[4].result.output
+
+
+def _buggy_list(*arguments):
+    return len(*arguments)  # a bug of the tool's own: TypeError, len() takes one argument
+
+
+async def test_a_tools_own_type_error_is_a_tool_failure_not_a_bad_argument(
+    manager, repo, monkeypatch
+):
+    """Only the `@tool` guard judges arguments: a TypeError raised inside a tool is a bug in
+    the tool, and an argument named like the guard's own parameter is merely unknown."""
+    monkeypatch.setattr(list_dir_module, "_list", _buggy_list)
+    session = await manager.create("t", repo)
+    broken, clash, fine = await manager.execute(
+        session.id,
+        [
+            call("list_dir", 0),
+            call("read_file", 1, path="notes.txt", ctx="x"),
+            call("read_file", 2, path="notes.txt"),
+        ],
+    )
+    assert broken.result.error_reason == "internal"
+    assert "list_dir failed: len() takes exactly one argument" in broken.result.output
+    assert clash.result.error_reason == "bad_argument"
+    assert "unknown parameter(s): ctx" in clash.result.output
+    assert fine.result.exit_code == 0
+
+
+class ToolTimes(EnvironmentObserver):
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def tool_called(self, tool: str, seconds: float, error_reason: str | None) -> None:
+        self.seconds.append(seconds)
+
+
+async def test_the_environment_and_its_caller_see_one_duration_per_call(tmp_path, repo):
+    times = ToolTimes()
+    manager = make_manager(tmp_path, observer=times)
+    try:
+        session = await manager.create("t", repo)
+        results = await manager.execute(
+            session.id, [shell("sleep 0.2", 0), call("read_file", 1, path="notes.txt")]
+        )
+        assert times.seconds == [r.seconds for r in results]  # the same figure, not re-timed
+        assert results[0].seconds >= 0.2
+    finally:
+        await manager.close_all()
 
 
 @pytest.fixture
@@ -214,12 +264,13 @@ async def test_the_whole_api_over_grpc(grpc_environment, repo):
             call("run_terminal_command", 4, command="sleep 30", timeout_s="1"),
         ],
     )
-    assert results[3].error_reason == "not_found"
-    assert results[4].error_reason == "timeout" and results[4].exit_code == 124
-    assert "return a + b" in results[0].output
-    assert results[1].exit_code == 3 and "out" in results[1].output and "err" in results[1].output
-    assert results[2].ends_episode and not results[0].ends_episode
-    assert all(r.duration_seconds > 0 for r in results)
+    outputs = [r.result for r in results]
+    assert outputs[3].error_reason == "not_found"
+    assert outputs[4].error_reason == "timeout" and outputs[4].exit_code == 124
+    assert "return a + b" in outputs[0].output
+    assert outputs[1].exit_code == 3 and "out" in outputs[1].output and "err" in outputs[1].output
+    assert outputs[2].ends_episode and not outputs[0].ends_episode
+    assert all(r.seconds > 0 for r in results)
     child = await client.fork(opened.session_id)
     await client.execute(child, [call("write_file", 0, path="x.txt", content="x\n")])
     assert (await client.diff(child)).changed_paths == ["x.txt"]
@@ -256,10 +307,10 @@ async def test_a_symlink_made_inside_the_sandbox_cannot_lead_tools_out(manager, 
             call("grep", 5, pattern="root", path="etclink"),
         ],
     )
-    assert [r.error_reason for r in results] == ["outside_workspace"] * 6
-    assert "root:" not in "".join(r.output for r in results)
+    assert [r.result.error_reason for r in results] == ["outside_workspace"] * 6
+    assert "root:" not in "".join(r.result.output for r in results)
     [listing] = await manager.execute(session.id, [call("list_dir", 0)])
-    assert listing.exit_code == 0 and "pkg/" in listing.output
+    assert listing.result.exit_code == 0 and "pkg/" in listing.result.output
 
 
 @pytest.mark.parametrize(
@@ -282,7 +333,7 @@ async def test_other_backends_and_modes_keep_the_same_behaviour(tmp_path, repo, 
         )
         assert printed(results[1]).splitlines()[1] == "7"
         assert printed(results[1]).splitlines()[0].endswith("/pkg")
-        assert "new" in results[2].output
+        assert "new" in results[2].result.output
         child = await env.fork(session)
         assert (await env.diff(child)).changed_paths == ["pkg/made.txt"]
         assert (repo / "pkg" / "made.txt").exists() is False

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from etude.common.payloads import RolloutRequest
+from etude.common.run_config import RolloutConfig
 from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.client import InProcessEnvironment
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader, Score
-from etude.rollout.agent import EpisodeLimits, EpisodeRunner, SampledTurn
+from etude.rollout.agent import EpisodeRunner, SampledTurn
 from etude.rollout.prompt import IM_END
 from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver
@@ -68,10 +69,10 @@ async def runner(tmp_path, bwrap, cache):  # noqa: F811
     environment = InProcessEnvironment(manager)
     grader = Grader(RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60), bwrap)
 
-    def make(**limits) -> EpisodeRunner:
+    def make(**config) -> EpisodeRunner:
         return EpisodeRunner(
             environment, SessionGrader(environment, grader), TOKENIZER,
-            EpisodeLimits(**limits), lambda task: materialize(task, cache),
+            RolloutConfig(**config), lambda task: materialize(task, cache),
         )  # fmt: skip
 
     yield make

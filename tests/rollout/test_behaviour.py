@@ -8,8 +8,8 @@ import pytest
 
 from etude.common.payloads import Trajectory
 from etude.common.toolcalls import ToolCall, parse_tool_calls, render_tool_calls, tools_by_name
-from etude.environment.batch import ExecutedCall
 from etude.environment.tools import tool_specs
+from etude.environment.types import ExecutedCall, ToolOutput
 from etude.rollout.behaviour import (
     EpisodeBehaviour,
     behaviour_summary,
@@ -38,10 +38,11 @@ def batch(*calls: str) -> str:
 
 def executed(call: ToolCall, exit_code: int = 0, error_reason: str | None = None) -> ExecutedCall:
     """A result as the environment returns it: failures carry an exit code and a reason."""
-    output = f"{call.name} failed" if error_reason else f"{call.name} output"
-    return ExecutedCall(
-        call.id, call.name, output, exit_code, False, 0, 0.01, error_reason, call.name == "submit"
+    text = f"{call.name} failed" if error_reason else f"{call.name} output"
+    output = ToolOutput(
+        text, exit_code, error_reason=error_reason, ends_episode=call.name == "submit"
     )
+    return ExecutedCall(call.id, call.name, output, 0.01)
 
 
 def play(behaviour: EpisodeBehaviour, text: str, failures: dict[str, str] | None = None):

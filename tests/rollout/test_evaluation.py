@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from etude.common.run_config import TasksConfig
+from etude.common.run_config import RolloutConfig, TasksConfig
 from etude.environment.client import InProcessEnvironment
 from etude.inference.engine import EngineConfig
 from etude.inference.torch_backend import TorchBackend
@@ -15,7 +15,7 @@ from etude.model.checkpoint import build_model
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
-from etude.rollout.agent import EpisodeLimits, EpisodeRunner
+from etude.rollout.agent import EpisodeRunner
 from etude.rollout.evaluation import pass_at_1, wilson_interval
 from etude.tasks.materialize import materialize
 from etude.trainer.taskset import load_taskset
@@ -48,7 +48,7 @@ async def test_pass_at_1_counts_every_sampled_episode_at_the_tier_asked(tmp_path
     grader = Grader(RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60), bwrap)
     runner = EpisodeRunner(
         environment, GradeById(environment, grader, held_out), tokenizer,
-        EpisodeLimits(max_turns=1, max_new_tokens=8, max_episode_tokens=4096),
+        RolloutConfig(max_turns=1, max_new_tokens=8, max_episode_tokens=4096),
         lambda task: materialize(task, cache),
     )  # fmt: skip
     try:

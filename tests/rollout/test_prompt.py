@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 
 from etude.common.payloads import RolloutRequest
+from etude.common.run_config import RolloutConfig
 from etude.common.toolcalls import ToolCall, parse_tool_calls, render_tool_calls, tools_by_name
 from etude.environment.client import InProcessEnvironment
 from etude.environment.tools import TOOLS, tool_specs
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader, Score
-from etude.rollout.agent import EpisodeLimits, EpisodeRunner, SampledTurn
+from etude.rollout.agent import EpisodeRunner, SampledTurn
 from etude.rollout.prompt import (
     IM_END,
     IM_START,
@@ -121,7 +122,7 @@ async def test_a_tier_3_episode_opens_with_the_short_prompt_and_the_shown_code_f
     grader = Grader(RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60), bwrap)
     runner = EpisodeRunner(
         environment, GradeById(environment, grader, [task]), tokenizer,
-        EpisodeLimits(max_episode_tokens=8192), lambda t: materialize(t, cache),
+        RolloutConfig(max_episode_tokens=8192), lambda t: materialize(t, cache),
     )  # fmt: skip
     try:
         for tier, short in ((3, True), (0, False)):

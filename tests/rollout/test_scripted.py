@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from etude.common.toolcalls import ToolCall, render_tool_calls
-from etude.environment.batch import ExecutedCall
 from etude.environment.client import InProcessEnvironment
+from etude.environment.types import ExecutedCall, ToolOutput
 from etude.rollout.scripted import ScriptedSolver, ScriptError
 from etude.rollout.scripted_honesty import (
     Episode,
@@ -112,9 +112,10 @@ async def test_real_sessions_show_what_the_solver_expected_and_the_fix_lands(tmp
 
                 async def execute(calls, session=session, solver=solver, unexpected=unexpected):
                     results = await environment.execute(session, calls)
-                    for call, result in zip(calls, results, strict=True):
+                    for call, executed in zip(calls, results, strict=True):
                         read_only = call.name in ("grep", "read_file")
-                        if read_only and solver.simulate(call).output != result.output:
+                        simulated = solver.simulate(call).result.output
+                        if read_only and simulated != executed.result.output:
                             unexpected.append((call.name, call.arguments))
                     return results
 
@@ -350,7 +351,7 @@ async def test_a_patch_of_two_hunks_is_two_unique_edits_after_a_batch_of_reads(t
         assert fix[0].arguments["old_string"].count("\n") >= 1  # widened to be unique
         cat = ToolCall("run_terminal_command", {"command": "cat pkg/counter.py"})
         shown = await environment.execute(session, [cat])
-        assert shown[0].output.startswith(FIXED)
+        assert shown[0].result.output.startswith(FIXED)
     finally:
         await manager.close_all()
 
@@ -377,6 +378,6 @@ def test_the_same_task_tier_and_variant_give_the_same_turns():
 def test_a_failed_call_stops_the_script():
     solver = ScriptedSolver(TASK)
     solver.next_turn(None)
-    failed = ExecutedCall("call_0", "grep", "no such file", 1, False, 0, 0.0, "not_found", False)
+    failed = ExecutedCall("call_0", "grep", ToolOutput.error("not_found", "no such file"), 0.0)
     with pytest.raises(ScriptError, match="grep failed"):
         solver.next_turn([failed])

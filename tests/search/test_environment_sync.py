@@ -40,9 +40,10 @@ async def manager(tmp_path, search_runtime):
 
 
 async def run(manager, session_id: str, name: str, **arguments) -> str:
-    [result] = await manager.execute(session_id, [ToolCall(name, arguments, "call_0")])
-    assert result.exit_code == 0, result.output
-    return result.output
+    [executed] = await manager.execute(session_id, [ToolCall(name, arguments, "call_0")])
+    output = executed.result
+    assert output.exit_code == 0, output.output
+    return output.output
 
 
 async def search(manager, session_id: str, query: str) -> list[str]:
@@ -106,8 +107,9 @@ async def test_without_the_search_service_the_agent_is_told_to_use_grep(
     session = await manager.create("t", project)
     await search(manager, session.id, "cache")  # indexed and answering
     await search_runtime.shutdown()
-    [result] = await manager.execute(
+    [executed] = await manager.execute(
         session.id, [ToolCall("codebase_search", {"query": "cache"}, "call_0")]
     )
-    assert result.error_reason == "search_unavailable" and "grep" in result.output
+    output = executed.result
+    assert output.error_reason == "search_unavailable" and "grep" in output.output
     assert (await run(manager, session.id, "read_file", path="README.md")).strip()

@@ -45,8 +45,8 @@ async def environment(tmp_path, repo):
 
 
 async def run(env: GrpcEnvironment, session: str, command: str) -> str:
-    [result] = await env.execute(session, [shell(command)])
-    return result.output
+    [executed] = await env.execute(session, [shell(command)])
+    return executed.result.output
 
 
 async def still_works(env: GrpcEnvironment, session: str) -> None:

@@ -66,8 +66,8 @@ async def environment(tmp_path, monkeypatch):
 
 
 async def run(env: GrpcEnvironment, session: str, command: str, timeout_s=None):
-    [result] = await env.execute(session, [shell(command, timeout_s=timeout_s)])
-    return result
+    [executed] = await env.execute(session, [shell(command, timeout_s=timeout_s)])
+    return executed.result
 
 
 async def still_works(env: GrpcEnvironment, session: str) -> None:
@@ -77,7 +77,7 @@ async def still_works(env: GrpcEnvironment, session: str) -> None:
     assert result.exit_code == 0
     assert result.output.startswith("alive\n/workspace")
     [read] = await env.execute(session, [call("read_file", path="alive.txt")])
-    assert "alive" in read.output
+    assert "alive" in read.result.output
 
 
 def printed(result) -> str:
@@ -129,10 +129,10 @@ async def test_the_workspace_mount_cannot_be_swapped_for_the_host(environment, r
             call("list_dir", 5, path=os.path.dirname(relative)),
         ],
     )
-    assert SECRET not in "".join(r.output for r in results)
-    assert results[0].exit_code != 0 and results[1].exit_code != 0
-    assert "README.md" in results[2].output and "usr/" not in results[2].output
-    assert results[4].exit_code != 0 and results[5].exit_code != 0
+    assert SECRET not in "".join(r.result.output for r in results)
+    assert results[0].result.exit_code != 0 and results[1].result.exit_code != 0
+    assert "README.md" in results[2].result.output and "usr/" not in results[2].result.output
+    assert results[4].result.exit_code != 0 and results[5].result.exit_code != 0
     assert marker.read_text() == SECRET
     assert set(os.listdir("/")) == host_before
     assert (await env.diff(session)).changed_paths == ["planted-by-attack.txt"]
@@ -334,9 +334,9 @@ async def test_a_shell_that_ends_itself_leaves_a_working_session(environment, re
             call("list_dir", 5, path="pkg"),
         ],
     )
-    assert "fixed" in results[3].output
-    assert results[4].exit_code == 0
-    assert "made.txt" in results[5].output
+    assert "fixed" in results[3].result.output
+    assert results[4].result.exit_code == 0
+    assert "made.txt" in results[5].result.output
     diff = await env.diff(session)
     assert sorted(diff.changed_paths) == ["after.txt", "fix.txt", "pkg/made.txt"]
     where = await run(env, session, "pwd; cat /workspace/after.txt")

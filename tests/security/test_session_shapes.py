@@ -89,9 +89,9 @@ async def test_a_correct_fix_scores_one_in_every_shape(stack, shape, how):
     else:
         fix = shell(f"printf %s {shlex.quote(fixed)} > {FIXED} && sed -i 's/\\r$//' {FIXED}")
     for call in [fix, *SHAPES[shape]]:
-        [result] = await environment.execute(session, [call])
+        [executed] = await environment.execute(session, [call])
         if not shape.endswith("_last"):  # those end the shell: no exit 0 to see
-            assert result.exit_code == 0, result.output
+            assert executed.result.exit_code == 0, executed.result.output
     async with open_channel(runtime.address, ClientSettings()) as channel:
         reply = await reward_pb2_grpc.RewardServiceStub(channel).Score(
             reward_pb2.ScoreRequest(
@@ -102,7 +102,7 @@ async def test_a_correct_fix_scores_one_in_every_shape(stack, shape, how):
         )
     assert reply.error == "" and reply.reward == 1.0, (reply.error, reply.reward)
     [read] = await environment.execute(session, [ToolCall("read_file", {"path": FIXED}, "c0")])
-    assert read.exit_code == 0 and fixed.splitlines()[0] in read.output
+    assert read.result.exit_code == 0 and fixed.splitlines()[0] in read.result.output
     [ran] = await environment.execute(session, [shell("echo alive")])
-    assert "alive" in ran.output
+    assert "alive" in ran.result.output
     await environment.close_session(session)

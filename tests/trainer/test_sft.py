@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from etude.common.payloads import RolloutRequest, Trajectory
-from etude.common.run_config import SftConfig
+from etude.common.run_config import RolloutConfig, SftConfig
 from etude.environment.client import InProcessEnvironment
 from etude.model.checkpoint import from_pretrained
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
-from etude.rollout.agent import EpisodeLimits, EpisodeRunner
+from etude.rollout.agent import EpisodeRunner
 from etude.rollout.prompt import IM_END
 from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver
@@ -55,7 +55,7 @@ class Stack:
         grader = Grader(config, find_bwrap(None))
         self.runner = EpisodeRunner(
             self.environment, SessionGrader(self.environment, grader, list(tasks)), TOKENIZER,
-            EpisodeLimits(), lambda task: materialize(task, root / "tasks"),
+            RolloutConfig(), lambda task: materialize(task, root / "tasks"),
         )  # fmt: skip
 
 
@@ -100,7 +100,7 @@ def test_demonstrations_are_solved_honest_episodes_at_every_tier(tasks, demonstr
     for entry in demonstrations.entries:
         trajectory = entry.trajectory
         assert (trajectory.finish_reason, trajectory.correctness) == ("submitted", 1.0)
-        assert len(trajectory.token_ids) <= EpisodeLimits().max_episode_tokens
+        assert len(trajectory.token_ids) <= RolloutConfig().max_episode_tokens
         shown = episode_from_text(TOKENIZER.decode(trajectory.token_ids))
         assert derivable_violations(shown) == []
         hinted = "fails like this" in shown.instruction

@@ -5,7 +5,8 @@ raw strings the policy wrote; `ToolArgumentError` raised while reading them beco
 error result. A tool never raises for a problem the agent caused: it returns a
 `ToolOutput` with a non-zero exit code and text that says what to do instead. The `@tool`
 decorator wraps each tool in a guard that enforces this for `ToolArgumentError`, `ToolError`
-and `OSError`, so helpers deep inside a tool may simply raise.
+and `OSError`, so helpers deep inside a tool may simply raise; any other exception is a bug
+in the tool, and the agent reads it as an `internal` error instead of losing the rollout.
 """
 
 from __future__ import annotations
@@ -13,31 +14,18 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from etude.common.toolcalls import ToolSpec
+from etude.environment.types import ToolOutput
 from etude.sandbox.output import cap_output
 from etude.sandbox.types import CommandOutcome
 
-
-@dataclass(frozen=True, slots=True)
-class ToolOutput:
-    output: str
-    exit_code: int = 0
-    truncated: bool = False
-    truncated_chars: int = 0
-    error_reason: str | None = None
-    """A short stable label for metrics when the call failed (e.g. `not_found`,
-    `outside_workspace`, `not_unique`, `timeout`); None on success."""
-    ends_episode: bool = False
-    """Set by `submit`: the rollout stops after this batch."""
-
-    @classmethod
-    def error(cls, reason: str, message: str, exit_code: int = 1) -> ToolOutput:
-        return cls(output=message, exit_code=exit_code, error_reason=reason)
+log = logging.getLogger(__name__)
 
 
 class CommandRunner(Protocol):
@@ -146,8 +134,9 @@ def tool(
     """Register a tool under `name`; its docstring is the description the agent sees.
 
     The registered (and returned) function is a guard around the tool: it rejects unknown and
-    missing arguments, turns `ToolArgumentError`, `ToolError` and `OSError` into error results,
-    and caps the output text, so the executor and direct callers get a `ToolOutput` either way.
+    missing arguments (the only argument check there is), turns every exception into an
+    error result, and caps the output text, so the executor and direct callers get a
+    `ToolOutput` either way.
     """
     spec = ToolSpec(name, required=frozenset(required), optional=frozenset(optional))
 
@@ -169,8 +158,10 @@ def tool(
 
 
 def _guard(function: ToolFunction, spec: ToolSpec) -> ToolFunction:
+    # `ctx` is positional-only, so an argument the policy names `ctx` is an unknown
+    # parameter like any other, not a clash in the call.
     @functools.wraps(function)
-    async def guarded(ctx: ToolContext, **arguments: str) -> ToolOutput:
+    async def guarded(ctx: ToolContext, /, **arguments: str) -> ToolOutput:
         problem = _argument_problem(spec, arguments)
         if problem:
             return ToolOutput.error("bad_argument", problem)
@@ -182,6 +173,9 @@ def _guard(function: ToolFunction, spec: ToolSpec) -> ToolFunction:
             return ToolOutput.error(error.reason, error.message)
         except OSError as error:
             return _os_error_output(spec.name, error)
+        except Exception as error:  # a bug in the tool, its own TypeError included
+            log.exception("tool %s failed", spec.name)
+            return ToolOutput.error("internal", f"{spec.name} failed: {error}")
         return _cap(result, ctx.limits.get("max_output_chars", MAX_OUTPUT_CHARS))
 
     return guarded
