@@ -30,7 +30,8 @@ from etude.environment.config import EnvironmentConfig
 from etude.environment.sessions import SessionManager
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
-from etude.reward.grader import Grader, Score
+from etude.reward.grader import Grader
+from etude.reward.types import Score
 from etude.rollout.agent import EpisodeRunner
 from etude.rollout.scripted_styles import style_for, tier_styles
 from etude.sandbox.bwrap import find_bwrap

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from etude.reward.verify import Verdict, verify_all
 from etude.sandbox.bwrap import Bwrap, configured_bwrap
 from etude.sandbox.config import SandboxConfig, SandboxSettings
 from etude.tasks.hinting import HintResult, hint_all
@@ -35,7 +36,6 @@ from etude.tasks.synth.synthesize import (
     to_task,
 )
 from etude.tasks.task import Task, read_jsonl, write_jsonl
-from etude.tasks.verify import Verdict, verify_all
 from etude.trainer.taskset import taskset_path
 
 app = typer.Typer(help="Coding tasks: synthesize them, build their repositories, list them.")

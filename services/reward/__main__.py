@@ -9,8 +9,8 @@ from etude.environment.client import GrpcEnvironment
 from etude.reward.config import RewardSettings
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
-from etude.reward.store import TaskStore
 from etude.sandbox.bwrap import configured_bwrap
+from etude.tasks.store import TaskStore
 
 
 async def build(

@@ -8,7 +8,7 @@ from grpc import aio
 from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
-from etude.reward.grader import Score
+from etude.reward.types import Score
 
 
 class RewardRequestError(ValueError):

@@ -17,7 +17,6 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from etude.reward.canaries import plant, violation
@@ -25,6 +24,7 @@ from etude.reward.changes import changed_paths, regular_file, restore
 from etude.reward.config import RewardConfig
 from etude.reward.functions import REWARD_FUNCTIONS, Outcome
 from etude.reward.tamper import added_lines, decode, is_reverted, runner_access
+from etude.reward.types import Score
 from etude.sandbox.bwrap import Bwrap
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.grading_config import UnsupportedTestCommand
@@ -35,26 +35,6 @@ from etude.tasks.testrun import run_pytest
 
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.MULTILINE)
 _PLAIN_FILE = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
-
-
-@dataclass(frozen=True, slots=True)
-class Score:
-    reward: float
-    components: dict[str, float] = field(default_factory=dict)
-    fail_to_pass: dict[str, bool] = field(default_factory=dict)
-    pass_to_pass: dict[str, bool] = field(default_factory=dict)
-    seconds: float = 0.0
-    error: str = ""
-    timed_out: bool = False
-
-    @property
-    def result(self) -> str:
-        """A label for metrics: passed, failed, timeout or error."""
-        if self.error:
-            return "error"
-        if self.timed_out:
-            return "timeout"
-        return "passed" if self.reward > 0 else "failed"
 
 
 def patched_files(patch: str) -> list[str]:

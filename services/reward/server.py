@@ -9,9 +9,10 @@ from etude.common.grpc_server import Registration
 from etude.common.request_checks import InvalidFieldError, check_text
 from etude.environment.client import EnvironmentClient
 from etude.environment.errors import SessionNotFoundError
-from etude.reward.grader import Grader, Score
+from etude.reward.grader import Grader
 from etude.reward.metrics import OUTCOMES, SCORE_SECONDS
-from etude.reward.store import TaskNotFoundError, TaskStore
+from etude.reward.types import Score
+from etude.tasks.store import TaskNotFoundError, TaskStore
 
 MAX_PATCH_BYTES = 16 << 20
 """A larger patch is refused before grading: applying and diffing it would hold the

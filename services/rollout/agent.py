@@ -31,7 +31,7 @@ from etude.common.toolcalls import (
 from etude.environment.client import EnvironmentClient
 from etude.environment.tools import tool_specs
 from etude.environment.types import ExecutedCall
-from etude.reward.grader import Score
+from etude.reward.types import Score
 from etude.rollout import metrics
 from etude.rollout.prompt import IM_END, episode_start, observation, system_prompt
 from etude.rollout.trajectory import TrajectoryBuilder

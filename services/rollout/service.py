@@ -19,13 +19,13 @@ from etude.inference.client import GrpcInference
 from etude.model.pretrained import resolve_init
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.client import GrpcReward
-from etude.reward.store import TaskStore
 from etude.rollout.agent import EpisodeRunner
 from etude.rollout.config import RolloutSettings
 from etude.rollout.repositories import RepositoryCache
 from etude.rollout.samplers import PolicySampler, sampling_seed
 from etude.rollout.streams import rollout_key, rollout_queue, trajectory_queue
 from etude.rollout.worker import RolloutWorker
+from etude.tasks.store import TaskStore
 
 
 class WorkerSetupError(RuntimeError):

@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable
 from etude.common.payloads import RolloutRequest
 from etude.common.queue import Delivery, QueueUnavailableError, WorkQueue
 from etude.common.queue_metrics import export_queue_stats_forever
-from etude.reward.store import TaskStore
 from etude.rollout import metrics
 from etude.rollout.agent import EpisodeRunner, TurnSampler
 from etude.rollout.streams import rollout_key
+from etude.tasks.store import TaskStore
 
 log = logging.getLogger(__name__)
 

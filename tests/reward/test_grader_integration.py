@@ -19,10 +19,10 @@ from etude.environment.sessions import SessionManager
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
-from etude.reward.store import TaskStore
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import build_buggy_repository, materialize
 from etude.tasks.repo import unified_diff
+from etude.tasks.store import TaskStore
 from etude.tasks.synth.synthesize import SynthOptions, kept_mutants, load_project, to_task
 from etude.tasks.task import write_jsonl
 from tests.tasks.conftest import write_tiny_project

@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 
 from etude.environment.client import InProcessEnvironment
-from etude.reward.grader import Grader, Score
+from etude.reward.grader import Grader
+from etude.reward.types import Score
 from etude.sandbox.bwrap import find_bwrap
 from etude.tasks.hinting import hint_all
 from etude.tasks.materialize import TASKS_FILE

@@ -13,7 +13,8 @@ from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.client import InProcessEnvironment
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
-from etude.reward.grader import Grader, Score
+from etude.reward.grader import Grader
+from etude.reward.types import Score
 from etude.rollout.agent import EpisodeRunner, SampledTurn
 from etude.rollout.prompt import IM_END
 from etude.rollout.samplers import ScriptedSampler

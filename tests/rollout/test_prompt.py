@@ -12,7 +12,8 @@ from etude.environment.client import InProcessEnvironment
 from etude.environment.tools import TOOLS, tool_specs
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
-from etude.reward.grader import Grader, Score
+from etude.reward.grader import Grader
+from etude.reward.types import Score
 from etude.rollout.agent import EpisodeRunner, SampledTurn
 from etude.rollout.prompt import (
     IM_END,

@@ -49,9 +49,9 @@ from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.server import MAX_PATCH_BYTES, RewardServicer
 from etude.reward.server import registration as reward_registration
-from etude.reward.store import TaskStore
 from etude.search.server import SearchServicer
 from etude.search.server import registration as search_registration
+from etude.tasks.store import TaskStore
 from tests.environment.conftest import make_manager
 from tests.inference.conftest import backend, model, tokenizer  # noqa: F401
 from tests.search.conftest import engine, minilm, project, shared_cache  # noqa: F401

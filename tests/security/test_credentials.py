@@ -68,7 +68,7 @@ from etude.model.tokenizer import load_tokenizer
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer
 from etude.reward.server import registration as reward_registration
-from etude.reward.store import TaskStore
+from etude.tasks.store import TaskStore
 from tests.inference.conftest import small_moe_config
 from tests.support.probe_service import probe_request
 from tests.support.probe_service import registration as probe_registration

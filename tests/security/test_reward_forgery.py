@@ -21,10 +21,10 @@ from etude.common.settings import ClientSettings, GrpcSettings
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
-from etude.reward.store import TaskStore
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import LOCATE_TASKS_FILE, PROJECTS_DIR, TASKS_FILE
 from etude.tasks.repo import unified_diff
+from etude.tasks.store import TaskStore
 from etude.tasks.task import read_jsonl
 from tests.tasks.conftest import bwrap  # noqa: F401
 

@@ -23,9 +23,9 @@ from etude.environment.sessions import SessionManager
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
-from etude.reward.store import TaskStore
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import materialize
+from etude.tasks.store import TaskStore
 from etude.tasks.task import write_jsonl
 from tests.reward.test_grader_integration import task_and_project  # noqa: F401
 from tests.tasks.conftest import bwrap  # noqa: F401

@@ -11,10 +11,10 @@ from collections import Counter
 
 import pytest
 
+from etude.reward.verify import verify_all
 from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE, materialize
 from etude.tasks.synth.synthesize import load_project
 from etude.tasks.task import read_jsonl
-from etude.tasks.verify import verify_all
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,8 @@
 """Checking tasks end to end with the grader: on the buggy repository every FAIL_TO_PASS
-test fails and every PASS_TO_PASS test passes; with the gold patch all pass."""
+test fails and every PASS_TO_PASS test passes; with the gold patch all pass.
+
+It lives with the grader it drives (`etude tasks verify` calls it): the task library does
+not depend on the reward service, which depends on it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The tasks a reward service knows, by id."""
+"""The tasks a process knows, by id, read from task files: the reward service grades
+them, rollout workers run them."""
 
 from __future__ import annotations
 
