@@ -25,13 +25,13 @@ from rich.table import Table
 from etude.cli.model import app as model_app
 from etude.cli.runs import app as runs_app
 from etude.cli.search import app as search_app
-from etude.cli.signals import StopRequested, stop_on_signals
 from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError, settings_for
 from etude.cli.status import StackStatus, read_status
 from etude.cli.tasks import app as tasks_app
 from etude.cli.train import sft, train
 from etude.common.logging import configure_logging
 from etude.common.settings import EtudeSettings
+from etude.common.signals import StopRequested, stop_on_signals
 
 app = typer.Typer(
     name="etude",

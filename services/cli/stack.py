@@ -204,6 +204,12 @@ class LocalStack:
             self.state.write(self.state_path)
         return component
 
+    def add_process(
+        self, name: str, argv: tuple[str, ...], env: tuple[tuple[str, str], ...] = ()
+    ) -> Component:
+        """`add_service` for a plain command: the run driver's rollout worker processes."""
+        return self.add_service(ServiceSpec(name, argv, env=env))
+
     def stop_service(self, name: str) -> int | None:
         """SIGTERM one process, wait for it to finish its work, and forget it."""
         proc = self.processes.pop(name, None)

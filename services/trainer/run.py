@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -49,18 +48,11 @@ from etude.trainer.report import Reporter
 from etude.trainer.sft import collect_demonstrations, sft_train
 from etude.trainer.taskset import load_taskset, training_tiers
 from etude.trainer.trainer import PolicyTrainer, StepStats
+from etude.trainer.types import Endpoints
 
 log = logging.getLogger(__name__)
 
 BatchHook = Callable[[int, list[list[Trajectory]], StepStats], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoints:
-    redis_url: str
-    inference: tuple[str, ...]
-    environment: str
-    reward: str
 
 
 class TrainingRun:

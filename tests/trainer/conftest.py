@@ -15,7 +15,7 @@ from etude.cli.status import read_status
 from etude.common.run_config import RunConfig
 from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings, StackSettings
-from etude.trainer.run import Endpoints
+from etude.trainer.types import Endpoints
 
 
 @pytest.fixture(scope="package")

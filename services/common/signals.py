@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM for commands that supervise processes (`etude up`, `etude train`):
 a signal at any point, even during start-up, becomes an exception that unwinds through the
-command's clean-up; during the clean-up further signals are ignored so it can finish."""
+command's clean-up; during the clean-up further signals are ignored so it can finish. Shared:
+the run driver (`etude.trainer.driver`) records a run such a signal ends as stopped."""
 
 from __future__ import annotations
 

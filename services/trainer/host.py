@@ -1,22 +1,19 @@
-"""The trainer and a rollout worker as objects that live in a process of their own: a plain
-object in this process, or a Ray actor (`ray.remote(TrainerHost)`) — the path a cluster
-uses, where KubeRay places the actors on GPU and CPU workers. Their methods are coroutines,
-so the driver awaits them the same way in both cases (a Ray ObjectRef is awaitable).
-Progress does not travel through return values: it is in the run registry in Redis, which
-the driver polls like any other client.
+"""The trainer as an object that lives in a process of its own: a plain object in the
+driver's process, or a Ray actor (`ray.remote(TrainerHost)`) — the path a cluster uses, where
+KubeRay places it on a GPU worker. Its methods are coroutines, so the driver awaits them the
+same way in both cases (a Ray ObjectRef is awaitable). Progress does not travel through
+return values: it is in the run registry in Redis, which the driver polls like any other
+client. The other services' hosts are `etude.inference.host` and `etude.rollout.host`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 
 from etude.common.run_config import RunConfig
 from etude.common.settings import EtudeSettings
-from etude.rollout.config import RolloutSettings
-from etude.rollout.service import build_worker
-from etude.trainer.run import Endpoints, TrainingRun
+from etude.trainer.run import TrainingRun
+from etude.trainer.types import Endpoints
 
 
 class TrainerHost:
@@ -77,21 +74,3 @@ def reward_ends(history: list[dict]) -> dict[str, float]:
         return {}
     k = max(1, len(rewards) // 4)
     return {"train_reward_first": sum(rewards[:k]) / k, "train_reward_last": sum(rewards[-k:]) / k}
-
-
-class RolloutHost:
-    """A rollout worker for Ray; `python -m etude.rollout` is the process form."""
-
-    def __init__(self, settings: RolloutSettings, config: RunConfig) -> None:
-        self.settings = settings
-        self.config = config
-        self._stop = asyncio.Event()
-
-    async def run(self) -> int:
-        async with contextlib.AsyncExitStack() as resources:
-            worker = await build_worker(self.settings, resources, self.config)
-            await worker.run(self._stop)
-            return worker.completed
-
-    async def stop(self) -> None:
-        self._stop.set()

@@ -1,0 +1,228 @@
+"""The run driver: one training run's phases, wherever its parts run — the trainer's public
+surface for running a run (`etude train` and `etude sft` call it).
+
+    record the run → place the Ray actors (--ray) → SFT warm start → held-out pass@1
+    → start the rollout workers → RL steps → held-out pass@1 again → summary
+
+Given the services' addresses: a local stack's, whose supervisor also runs the rollout
+workers as processes (or they are Ray actors), or a cluster's, whose deployed workers serve
+the run. The trainer is a `TrainerHost` here or a Ray actor (`etude.trainer.placement` says
+where each actor goes); its progress is read back from the run registry. What the run shows
+goes through a `RunView`, which the command line draws.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from etude.common.run_config import RunConfig, RunConfigError, parse_run_config
+from etude.common.runs import RunNotFoundError, RunRecord, RunRegistry
+from etude.common.settings import EtudeSettings
+from etude.common.signals import StopRequested
+from etude.model.pretrained import resolve_init
+from etude.trainer.host import TrainerHost
+from etude.trainer.placement import inference_engines, init_ray, rollout_actors, trainer_actor
+from etude.trainer.types import Endpoints, Placement
+
+
+class RunView(Protocol):
+    """What a run shows as it goes."""
+
+    def phase(self, text: str) -> AbstractContextManager[object]:
+        """A phase under way (the warm start, a held-out evaluation)."""
+        ...
+
+    def engines(self, addresses: Sequence[str]) -> None: ...
+
+    def policy_saved(self, path: str) -> None: ...
+
+    def rl(self, steps: int) -> AbstractContextManager[Callable[[RunRecord], None]]:
+        """The RL steps; the callable it yields gets the run's record about once a second."""
+        ...
+
+    def summary(self, run_id: str, summary: dict[str, Any], output_dir: Path) -> None: ...
+
+
+class WorkerProcesses(Protocol):
+    """The local stack (`etude.cli.stack.LocalStack`), which runs a run's rollout workers as
+    processes beside its services: their logs with the others', its shutdown stops them."""
+
+    def add_process(
+        self, name: str, argv: tuple[str, ...], env: tuple[tuple[str, str], ...]
+    ) -> object: ...
+
+    def stop_service(self, name: str) -> object: ...
+
+
+def recorded_config(run_id: str, redis_url: str) -> RunConfig | None:
+    """The config a run was recorded with (`etude runs start`, `POST /runs`), when the run
+    registry can be reached and has the run."""
+
+    async def read() -> RunConfig | None:
+        client = aioredis.Redis.from_url(redis_url, socket_timeout=5)
+        try:
+            return parse_run_config((await RunRegistry(client).get(run_id)).config)
+        except (RunNotFoundError, RedisError, RunConfigError):
+            return None
+        finally:
+            await client.aclose()
+
+    return asyncio.run(read())
+
+
+def serving_env(run: RunConfig, models_dir: Path) -> dict[str, str]:
+    """The settings under which a local inference service serves the run's policy: its
+    architecture (a pretrained model imported first if need be), backend and seed, so the
+    trainer's weights fit it. ValueError or FileNotFoundError: `policy.init` is wrong."""
+    source = resolve_init(run.policy.init, models_dir)
+    model = str(Path(source).resolve()) if Path(source).is_dir() else source
+    return {
+        "ETUDE_INFERENCE__MODEL": model,
+        "ETUDE_INFERENCE__BACKEND": run.policy.serve_with,
+        "ETUDE_INFERENCE__SEED": str(run.policy.seed),
+    }
+
+
+class Driver:
+    """One run. `stack` set: a local run, whose rollout workers are the stack's processes
+    (Ray actors with `ray`); unset: a cluster's, whose deployed workers serve the run."""
+
+    def __init__(
+        self, run: RunConfig, run_id: str | None, settings: EtudeSettings, endpoints: Endpoints,
+        view: RunView, *, ray: bool = False, placement: Placement | None = None,
+        stack: WorkerProcesses | None = None,
+    ) -> None:  # fmt: skip
+        self.run, self.run_id, self.settings, self.view = run, run_id, settings, view
+        self.endpoints, self.ray, self.placement, self.stack = endpoints, ray, placement, stack
+        self.workers: list[Any] = []  # process names, or (actor, its running `run()`)
+        self.engines: list[Any] = []
+
+    async def main(self, *, resume: bool, sft_only: bool = False, out: Path | None = None) -> int:
+        client = aioredis.Redis.from_url(self.endpoints.redis_url)
+        registry = RunRegistry(client)
+        self.run_id = (await self._record(registry)).run_id
+        if resume:
+            await registry.reopen(self.run_id)
+        output_dir = self.run.output_dir / self.run_id
+        await registry.update(self.run_id, status="running", output_dir=str(output_dir))
+        if self.ray:
+            init_ray(self.placement)
+        await self._start_engines()
+        trainer = self._trainer()
+
+        def call(method: str, *args: Any):
+            """A TrainerHost method, here or on its Ray actor: either way an awaitable."""
+            bound = getattr(trainer, method)
+            return bound.remote(*args) if self.ray else bound(*args)
+
+        try:
+            summary: dict[str, Any] = {"run_id": self.run_id}
+            resumed = await call("setup", resume)
+            with self.view.phase("Warm start (SFT on scripted demonstrations)…"):
+                summary.update(await call("warm_start"))
+            if sft_only:
+                path = await call("save_policy", str(out or output_dir / "sft-policy"))
+                self.view.policy_saved(path)
+                summary.update(await call("finish", summary))
+                await registry.update(self.run_id, status="finished")
+                return 0
+            if not resumed:
+                with self.view.phase("Held-out pass@1 before RL…"):
+                    summary["eval_before"] = await call("evaluate", "before")
+            await self._start_workers()
+            steps = await self._with_progress(call("rl"), registry)
+            await self._stop_workers()
+            with self.view.phase("Held-out pass@1 after RL…"):
+                summary["eval_after"] = await call("evaluate", "after")
+            summary["steps"] = steps
+            stopped = (await registry.get(self.run_id)).stop_requested
+            summary.update(await call("finish", summary))
+            await registry.update(self.run_id, status="stopped" if stopped else "finished")
+            self.view.summary(self.run_id, summary, output_dir)
+            return 0
+        except StopRequested:
+            await registry.update(self.run_id, status="stopped", error="interrupted")
+            raise
+        except Exception as error:
+            await registry.update(
+                self.run_id, status="failed", error=f"{type(error).__name__}: {error}"
+            )
+            raise
+        finally:
+            await self._stop_workers()
+            for engine in self.engines:
+                await engine.stop.remote()
+            await client.aclose()
+            if self.ray:
+                import ray
+
+                ray.shutdown()
+
+    async def _record(self, registry: RunRegistry) -> RunRecord:
+        if self.run_id:
+            try:
+                return await registry.get(self.run_id)
+            except RunNotFoundError:
+                pass
+        return await registry.create(self.run, run_id=self.run_id)
+
+    async def _start_engines(self) -> None:
+        if self.placement is None or not self.placement.inference_engines:
+            return
+        self.engines = inference_engines(self.placement)
+        addresses = await asyncio.gather(*(e.start.remote() for e in self.engines))
+        self.view.engines(addresses)
+        self.endpoints = dataclasses.replace(self.endpoints, inference=tuple(addresses))
+
+    def _trainer(self) -> Any:
+        args = (self.run_id, self.run, self.endpoints, self.settings)
+        if not self.ray:
+            return TrainerHost(*args)
+        return trainer_actor(*args, self.placement)
+
+    async def _start_workers(self) -> None:
+        if self.stack is None:  # a cluster: the deployed rollout workers serve the run
+            return
+        count = self.run.rollout.workers
+        if self.ray:
+            for actor in rollout_actors(
+                self.run_id, self.run, self.endpoints, self.settings, count
+            ):
+                self.workers.append((actor, actor.run.remote()))
+            return
+        for i in range(count):
+            env = (
+                ("ETUDE_ROLLOUT__RUN_ID", self.run_id),
+                ("ETUDE_ROLLOUT__CONSUMER", f"worker-{i}"),
+            )
+            name = f"rollout-{self.run_id}-{i}"  # several runs may share one stack
+            argv = (sys.executable, "-m", "etude.rollout")
+            await asyncio.to_thread(self.stack.add_process, name, argv, env)
+            self.workers.append(name)
+
+    async def _stop_workers(self) -> None:
+        workers, self.workers = self.workers, []
+        for worker in workers:
+            if isinstance(worker, str):
+                await asyncio.to_thread(self.stack.stop_service, worker)
+            else:
+                actor, running = worker
+                await actor.stop.remote()
+                await running
+
+    async def _with_progress(self, rl: Any, registry: RunRegistry) -> int:
+        with self.view.rl(self.run.trainer.steps) as show:
+            running = asyncio.ensure_future(rl)
+            while not running.done():
+                await asyncio.wait([running], timeout=1.0)
+                show(await registry.get(self.run_id))
+            return running.result()
