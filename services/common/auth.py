@@ -54,6 +54,7 @@ ACCESS: Mapping[str, Mapping[str, frozenset[str]]] = {
         "Fork": _SESSIONS,
         "Diff": _SESSIONS | {"reward"},
         "CloseSession": _SESSIONS,
+        "ListTools": _SESSIONS,
     },
     f"{_API}.RewardService": {"Score": frozenset({"rollout", "trainer", "operator"})},
     f"{_API}.SearchService": dict.fromkeys(

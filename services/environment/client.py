@@ -20,8 +20,9 @@ from etude.common.toolcalls import ToolCall
 from etude.environment.diff import WorkspaceDiff
 from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
 from etude.environment.sessions import SessionManager
-from etude.environment.types import ExecutedCall
-from etude.environment.wire import call_to_proto, result_from_proto
+from etude.environment.tools import tool_catalog
+from etude.environment.types import ExecutedCall, ToolCatalog
+from etude.environment.wire import call_to_proto, catalog_from_proto, result_from_proto
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,11 @@ class EnvironmentClient(Protocol):
     async def diff(self, session_id: str) -> WorkspaceDiff: ...
 
     async def close_session(self, session_id: str) -> None: ...
+
+    async def list_tools(self) -> ToolCatalog:
+        """The tools as the policy is told about them (the rollout's prompt is rendered
+        from this, not from a local copy of the tools)."""
+        ...
 
 
 class InProcessEnvironment:
@@ -70,6 +76,9 @@ class InProcessEnvironment:
 
     async def close_session(self, session_id: str) -> None:
         await self.manager.close(session_id)
+
+    async def list_tools(self) -> ToolCatalog:
+        return tool_catalog()
 
 
 _ERRORS = {
@@ -142,6 +151,10 @@ class GrpcEnvironment:
             self.stub.CloseSession,
             environment_pb2.CloseSessionRequest(session_id=common_pb2.SessionId(value=session_id)),
         )
+
+    async def list_tools(self) -> ToolCatalog:
+        reply = await self._call(self.stub.ListTools, environment_pb2.ListToolsRequest())
+        return catalog_from_proto(reply)
 
     async def close(self) -> None:
         await self.channel.close()

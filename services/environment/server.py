@@ -18,8 +18,10 @@ from etude.environment.errors import (
 )
 from etude.environment.repositories import RepositoryNotAllowedError, allowed_repository
 from etude.environment.sessions import SessionManager
+from etude.environment.tools import tool_catalog
 from etude.environment.wire import (
     calls_from_proto,
+    catalog_to_proto,
     create_from_proto,
     result_to_proto,
     session_id_from_proto,
@@ -88,6 +90,9 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
         async with _mapped_errors(context):
             await self.manager.close(session_id_from_proto(request.session_id))
         return environment_pb2.CloseSessionResponse()
+
+    async def ListTools(self, request, context):
+        return catalog_to_proto(tool_catalog())
 
 
 def registration(manager: SessionManager) -> Registration:

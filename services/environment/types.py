@@ -1,5 +1,6 @@
 """The environment's plain types, what its clients may import: a tool's result as the tool
-returns it (`ToolOutput`) and as the caller receives it (`ExecutedCall`).
+returns it (`ToolOutput`) and as the caller receives it (`ExecutedCall`), and the tools as
+the policy is told about them (`ToolCatalog`, the answer of ListTools).
 
 One result travels from the tool to the agent: the environment wraps the tool's
 `ToolOutput` once, with the call it answers and how long the tool ran, and wire.py carries
@@ -9,6 +10,8 @@ that to a remote client unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from etude.common.toolcalls import ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +41,27 @@ class ExecutedCall:
     seconds: float
     """How long the tool ran, measured once where it ran: the environment's and the
     rollout's tool-latency histograms both record this figure."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDescription:
+    """One tool as the policy is told about it."""
+
+    name: str
+    description: str
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    """Parameter names in the order they are documented, after the required ones."""
+
+    @property
+    def spec(self) -> ToolSpec:
+        """What the tool-call parser checks a call against."""
+        return ToolSpec(self.name, self.required, self.optional)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCatalog:
+    """The agent's tools in the order it sees them, and how their path arguments are read."""
+
+    tools: tuple[ToolDescription, ...]
+    path_rules: str

@@ -15,7 +15,7 @@ from etude.common.request_checks import (
     check_text,
 )
 from etude.common.toolcalls import ToolCall
-from etude.environment.types import ExecutedCall, ToolOutput
+from etude.environment.types import ExecutedCall, ToolCatalog, ToolDescription, ToolOutput
 
 MAX_CALLS = 256
 """Tool calls in one Execute."""
@@ -77,3 +77,21 @@ def result_from_proto(message: common_pb2.ToolResult) -> ExecutedCall:
     return ExecutedCall(
         message.call_id, message.name, ToolOutput(**output), message.duration_seconds
     )
+
+
+def catalog_to_proto(catalog: ToolCatalog) -> environment_pb2.ListToolsResponse:
+    tools = [
+        environment_pb2.ToolDescription(
+            name=t.name, description=t.description, required=t.required, optional=t.optional
+        )
+        for t in catalog.tools
+    ]
+    return environment_pb2.ListToolsResponse(tools=tools, path_rules=catalog.path_rules)
+
+
+def catalog_from_proto(message: environment_pb2.ListToolsResponse) -> ToolCatalog:
+    tools = tuple(
+        ToolDescription(t.name, t.description, tuple(t.required), tuple(t.optional))
+        for t in message.tools
+    )
+    return ToolCatalog(tools, message.path_rules)

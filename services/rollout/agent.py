@@ -23,13 +23,13 @@ from typing import Protocol
 from etude.common.payloads import RolloutRequest, Trajectory
 from etude.common.run_config import RolloutConfig
 from etude.common.toolcalls import (
+    ToolSpec,
     parse_tool_calls,
     render_parse_errors,
     render_tool_result,
     tools_by_name,
 )
 from etude.environment.client import EnvironmentClient
-from etude.environment.tools import tool_specs
 from etude.environment.types import ExecutedCall
 from etude.reward.types import Score
 from etude.rollout import metrics
@@ -84,12 +84,21 @@ class EpisodeRunner:
         self.config = config
         self.repository_for = repository_for
         self.end_of_turn_id = tokenizer.convert_tokens_to_ids(IM_END)
-        self._tools = tools_by_name(tool_specs())
-        # Built once: an unknown tool in `short_prompt_tools` fails here, at start-up.
-        self._full_prompt = system_prompt()
-        self._short_prompt = system_prompt(short=True, tools=config.short_prompt_tools)
+        self._tools: dict[str, ToolSpec] = {}  # with the prompts, from the environment's tools
+        self._full_prompt = self._short_prompt = ""
+
+    async def _learn_tools(self) -> None:
+        """The parser's specs and the system prompts, rendered once from the tools the
+        environment reports, so the policy is told about exactly the tools that will run its
+        calls. An unknown tool in `short_prompt_tools` fails the first episode."""
+        catalog = await self.environment.list_tools()
+        short = system_prompt(catalog, short=True, tools=self.config.short_prompt_tools)
+        self._full_prompt, self._short_prompt = system_prompt(catalog), short
+        self._tools = tools_by_name(tool.spec for tool in catalog.tools)
 
     async def run(self, request: RolloutRequest, task: Task, sampler: TurnSampler) -> Trajectory:
+        if not self._tools:
+            await self._learn_tools()
         task = at_tier(task, request.hint_tier)  # graded by id: the hints change no test
         system = self._short_prompt if request.hint_tier == 3 else self._full_prompt
         repository = await asyncio.to_thread(self.repository_for, task)

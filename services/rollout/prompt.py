@@ -5,13 +5,19 @@ The short system prompt is for hint tier 3 (etude.tasks.hints), where the instru
 already shows the function to fix with its line numbers: the episode is one edit and a
 submit, so the prompt documents only those two tools (and any a run adds,
 `rollout.short_prompt_tools`) and leaves the budget to the task.
+
+The tools' documentation is rendered from what the environment reports (its ListTools, a
+`ToolCatalog`), not from a local import of its tools: a worker's prompt documents exactly
+the tools of the environment that runs its calls. The text is byte for byte what the tools
+themselves would give (a test holds the two equal): SFT caches and trained policies
+depend on it.
 """
 
 from __future__ import annotations
 
 from etude.common.run_config import RolloutConfig
 from etude.common.toolcalls import ToolCall, render_tool_calls
-from etude.environment.tools import PATH_RULES, TOOLS, describe_tools
+from etude.environment.types import ToolCatalog, ToolDescription
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
@@ -51,37 +57,45 @@ SHORT_RULES = """\
   repository as you leave it."""
 
 
-def system_prompt(short: bool = False, tools: tuple[str, ...] = SHORT_TOOLS) -> str:
-    """The full prompt documents every tool; the short one (hint tier 3) only `tools`."""
+def system_prompt(
+    catalog: ToolCatalog, short: bool = False, tools: tuple[str, ...] = SHORT_TOOLS
+) -> str:
+    """The full prompt documents every tool of `catalog`; the short one (hint tier 3) only
+    `tools`."""
     if short:
-        unknown = [name for name in tools if name not in TOOLS]
+        by_name = {tool.name: tool for tool in catalog.tools}
+        unknown = [name for name in tools if name not in by_name]
         if unknown:
             raise ValueError(f"no such tools for the short prompt: {', '.join(unknown)}")
-        documented = "\n\n".join([PATH_RULES, *(_describe(TOOLS[name]) for name in tools)])
+        documented = _document(catalog.path_rules, [by_name[name] for name in tools])
         return (
             "You are a software engineer fixing a bug in the repository in /workspace. The task "
             "shows the code to fix: change it with edit_file, then call submit.\n\n"
             f"# Tools\n\n{documented}\n\n# Calling tools\n\n{_SHORT_EXAMPLE}\n\n"
             f"# Rules\n\n{SHORT_RULES}"
         )
+    documented = _document(catalog.path_rules, catalog.tools)
     return (
         "You are a software engineer fixing a bug in the repository in /workspace.\n\n"
-        f"# Tools\n\n{describe_tools()}\n\n# Calling tools\n\n{_EXAMPLE}\n\n# Rules\n\n{RULES}"
+        f"# Tools\n\n{documented}\n\n# Calling tools\n\n{_EXAMPLE}\n\n# Rules\n\n{RULES}"
     )
 
 
-def _describe(registered) -> str:
-    parameters = ", ".join(
-        name if name in registered.spec.required else f"{name} (optional)"
-        for name in registered.parameters
-    )
-    return f"{registered.name}({parameters})\n{registered.description}"
+def _document(path_rules: str, tools) -> str:
+    """The path rules, then each tool: its name, parameters (the optional ones marked) and
+    description."""
+    return "\n\n".join([path_rules, *(_describe(tool) for tool in tools)])
 
 
-def episode_start(instruction: str, system: str | None = None) -> str:
+def _describe(tool: ToolDescription) -> str:
+    parameters = ", ".join([*tool.required, *(f"{name} (optional)" for name in tool.optional)])
+    return f"{tool.name}({parameters})\n{tool.description}"
+
+
+def episode_start(instruction: str, system: str) -> str:
     """The episode's first tokens: system prompt, the task, and the assistant's turn opening."""
     return (
-        f"{IM_START}system\n{system or system_prompt()}{IM_END}\n"
+        f"{IM_START}system\n{system}{IM_END}\n"
         f"{IM_START}user\n{instruction}{IM_END}\n{IM_START}assistant\n"
     )
 

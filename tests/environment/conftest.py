@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from etude.common.grpc_server import ServiceRuntime
+from etude.common.settings import ClientSettings, GrpcSettings
+from etude.environment.client import GrpcEnvironment
 from etude.environment.config import EnvironmentConfig
+from etude.environment.server import registration
 from etude.environment.sessions import SessionManager
 from etude.sandbox.bwrap import SandboxUnavailableError
 from etude.sandbox.config import SandboxConfig
 from tests.sandbox.conftest import repo, small_sandbox
 
-__all__ = ["make_config", "make_manager", "repo"]  # `repo`: the sandbox tests' fixture
+__all__ = ["make_config", "make_manager", "repo", "serving"]  # `repo`: the sandbox tests' fixture
 
 
 def make_config(tmp_path: Path, **overrides) -> EnvironmentConfig:
@@ -42,3 +48,19 @@ async def manager(tmp_path: Path):
         pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
     yield manager
     await manager.close_all()
+
+
+@contextlib.asynccontextmanager
+async def serving(manager: SessionManager) -> AsyncIterator[tuple[GrpcEnvironment, ServiceRuntime]]:
+    """A real environment server for `manager` on loopback, and a gRPC client of it (the
+    caller closes the manager)."""
+    runtime = ServiceRuntime(
+        "environment", GrpcSettings(drain_seconds=0, grace_seconds=1), [registration(manager)]
+    )
+    await runtime.start()
+    client = GrpcEnvironment(runtime.address, ClientSettings(timeout_seconds=60))
+    try:
+        yield client, runtime
+    finally:
+        await client.close()
+        await runtime.shutdown()

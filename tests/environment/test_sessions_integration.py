@@ -7,17 +7,15 @@ import urllib.request
 
 import pytest
 
-from etude.common.grpc_server import ServiceRuntime
-from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
-from etude.environment.client import GrpcEnvironment, InProcessEnvironment
+from etude.environment.client import InProcessEnvironment
 from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
 from etude.environment.metrics import PrometheusObserver
 from etude.environment.observer import EnvironmentObserver
-from etude.environment.server import registration
 from etude.environment.tools import list_dir as list_dir_module
+from etude.environment.tools import tool_catalog
 from etude.environment.tools.base import SearchHit
-from tests.environment.conftest import make_manager
+from tests.environment.conftest import make_manager, serving
 
 pytestmark = pytest.mark.integration
 
@@ -237,21 +235,16 @@ async def test_the_environment_and_its_caller_see_one_duration_per_call(tmp_path
 @pytest.fixture
 async def grpc_environment(tmp_path):
     manager = make_manager(tmp_path, max_sessions=3, observer=PrometheusObserver())
-    runtime = ServiceRuntime(
-        "environment", GrpcSettings(drain_seconds=0, grace_seconds=1), [registration(manager)]
-    )
-    await runtime.start()
-    client = GrpcEnvironment(runtime.address, ClientSettings(timeout_seconds=60))
     try:
-        yield client, runtime
+        async with serving(manager) as served:
+            yield served
     finally:
-        await client.close()
-        await runtime.shutdown()
         await manager.close_all()
 
 
 async def test_the_whole_api_over_grpc(grpc_environment, repo):
     client, runtime = grpc_environment
+    assert await client.list_tools() == tool_catalog()
     opened = await client.create_session("t", str(repo))
     assert opened.workspace_mode == "overlay" and opened.sandbox_backend == "bwrap"
     results = await client.execute(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from etude.common.toolcalls import parse_tool_calls, tools_by_name
-from etude.environment.tools import TOOLS, describe_tools, grep_engines, tool_specs
+from etude.environment.tools import TOOLS, grep_engines, tool_catalog, tool_specs
 from etude.environment.tools import grep as grep_module
 from etude.environment.tools.base import (
     CommandOutcome,
@@ -185,11 +185,13 @@ def test_registry_has_exactly_the_ten_tools_with_their_flags_and_parameters():
     assert [spec.name for spec in tool_specs()] == list(expected)
 
 
-def test_descriptions_name_every_tool_and_parameter():
-    text = describe_tools()
-    assert "read_file(path, start_line (optional), end_line (optional))" in text
-    assert "submit(message)\nFinish the task" in text
-    assert text.startswith("Paths are relative to the workspace root")
+def test_the_catalog_describes_every_tool_and_parameter_in_order():
+    catalog = tool_catalog()
+    assert [t.name for t in catalog.tools] == list(TOOLS)
+    read_file = catalog.tools[0]
+    assert (read_file.required, read_file.optional) == (("path",), ("start_line", "end_line"))
+    assert catalog.tools[-1].description.startswith("Finish the task")
+    assert catalog.path_rules.startswith("Paths are relative to the workspace root")
 
 
 def test_specs_work_with_the_tool_call_parser():

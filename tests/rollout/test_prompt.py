@@ -1,4 +1,5 @@
-"""The system prompts document their tools, their examples are batches the parser accepts, and
+"""The system prompts document their tools, their examples are batches the parser accepts, the
+prompt rendered from the environment's ListTools over gRPC is the local one byte for byte, and
 an episode at hint tier 3 opens with the short prompt and the function's source."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from etude.common.payloads import RolloutRequest
 from etude.common.run_config import RolloutConfig
 from etude.common.toolcalls import ToolCall, parse_tool_calls, render_tool_calls, tools_by_name
 from etude.environment.client import InProcessEnvironment
-from etude.environment.tools import TOOLS, tool_specs
+from etude.environment.tools import TOOLS, tool_catalog, tool_specs
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
@@ -26,12 +27,15 @@ from etude.rollout.prompt import (
 from etude.tasks.hints import instruction_at_tier, task_hints
 from etude.tasks.materialize import TASKS_FILE, materialize
 from etude.tasks.task import Task, read_jsonl
-from tests.environment.conftest import make_manager
+from tests.environment.conftest import make_manager, serving
 from tests.tasks.conftest import bwrap  # noqa: F401
+
+LOCAL = tool_catalog()
+"""The tools as this process registers them; the agent asks the environment instead."""
 
 
 def test_the_system_prompt_lists_every_tool_with_its_parameters():
-    prompt = system_prompt()
+    prompt = system_prompt(LOCAL)
     for tool in TOOLS.values():
         assert f"{tool.name}(" in prompt
         for parameter in tool.parameters:
@@ -39,7 +43,7 @@ def test_the_system_prompt_lists_every_tool_with_its_parameters():
 
 
 def test_the_example_in_the_prompt_parses_as_a_parallel_batch():
-    prompt = system_prompt()
+    prompt = system_prompt(LOCAL)
     example = prompt.split("# Calling tools\n\n")[1].split("\n\n# Rules")[0]
     turn = parse_tool_calls(example, tools=tools_by_name(tool_specs()))
     assert turn.ok
@@ -57,7 +61,7 @@ def test_turn_markers_are_single_tokens_and_turns_alternate():
 
 
 def test_the_short_prompt_documents_only_editing_and_submitting():
-    short = system_prompt(short=True)
+    short = system_prompt(LOCAL, short=True)
     assert "edit_file(path, old_string, new_string" in short and "submit(message)" in short
     others = [name for name in TOOLS if name not in SHORT_TOOLS]
     assert others and not any(f"{name}(" in short for name in others)
@@ -65,15 +69,33 @@ def test_the_short_prompt_documents_only_editing_and_submitting():
     turn = parse_tool_calls(example, tools=tools_by_name(tool_specs()))
     assert turn.ok and [c.name for c in turn.calls] == ["edit_file", "submit"]
     tokenizer = load_tokenizer()
-    assert len(tokenizer.encode(short)) * 2 < len(tokenizer.encode(system_prompt()))
+    assert len(tokenizer.encode(short)) * 2 < len(tokenizer.encode(system_prompt(LOCAL)))
 
 
 def test_a_run_can_document_more_tools_in_the_short_prompt_but_not_unknown_ones():
-    searching = system_prompt(short=True, tools=("grep", "edit_file", "submit"))
+    searching = system_prompt(LOCAL, short=True, tools=("grep", "edit_file", "submit"))
     assert searching.index("grep(pattern, ") < searching.index("edit_file(path, ")
     assert "read_file(" not in searching
     with pytest.raises(ValueError, match="grepp"):
-        system_prompt(short=True, tools=("grepp", "submit"))
+        system_prompt(LOCAL, short=True, tools=("grepp", "submit"))
+
+
+async def test_the_prompt_from_the_environments_answer_is_the_local_one_byte_for_byte(
+    tmp_path,
+    bwrap,  # noqa: F811
+):
+    """SFT caches and trained policies depend on the exact prompt text: rendering it from
+    what a real environment server returns over gRPC changes nothing."""
+    manager = make_manager(tmp_path)
+    try:
+        async with serving(manager) as (client, _runtime):
+            served = await client.list_tools()
+    finally:
+        await manager.close_all()
+    assert served == LOCAL
+    for short, tools in ((False, SHORT_TOOLS), (True, SHORT_TOOLS), (True, tuple(TOOLS))):
+        assert system_prompt(served, short, tools) == system_prompt(LOCAL, short, tools)
+    assert [tool.spec for tool in served.tools] == tool_specs()  # what the parser checks
 
 
 class FixFromTheHints:
@@ -133,7 +155,9 @@ async def test_a_tier_3_episode_opens_with_the_short_prompt_and_the_shown_code_f
             )  # fmt: skip
             sampler = FixFromTheHints(task, tokenizer)
             trajectory = await runner.run(request, task, sampler)
-            expected = episode_start(instruction_at_tier(task, tier), system_prompt(short=short))
+            expected = episode_start(
+                instruction_at_tier(task, tier), system_prompt(LOCAL, short=short)
+            )
             assert sampler.contexts[0] == tokenizer.encode(expected)
             assert (trajectory.finish_reason, trajectory.reward) == ("submitted", 1.0)
     finally:

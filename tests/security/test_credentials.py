@@ -272,6 +272,14 @@ async def test_sessions_open_only_for_the_rollout_role(serve, manager, repo):
     await assert_refused(runtime.address, close, wrong_role="reward")
     await call_as(runtime.address, as_role("rollout"), close)
 
+    async def list_tools(channel):
+        stub = environment_pb2_grpc.EnvironmentServiceStub(channel)
+        return await stub.ListTools(environment_pb2.ListToolsRequest(), timeout=10)
+
+    # The rollout renders its prompt from the tools the environment reports.
+    await assert_refused(runtime.address, list_tools, wrong_role="trainer")
+    assert (await call_as(runtime.address, as_role("rollout"), list_tools)).tools
+
 
 # -- reward and search -------------------------------------------------------------------
 

@@ -12,12 +12,9 @@ import threading
 
 import pytest
 
-from etude.common.grpc_server import ServiceRuntime
-from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment
-from etude.environment.server import registration
-from tests.environment.conftest import make_manager
+from tests.environment.conftest import make_manager, serving
 
 pytestmark = pytest.mark.integration
 
@@ -31,16 +28,10 @@ def shell(command: str, index: int = 0) -> ToolCall:
 @pytest.fixture
 async def environment(tmp_path, repo):
     manager = make_manager(tmp_path)
-    runtime = ServiceRuntime(
-        "environment", GrpcSettings(drain_seconds=0, grace_seconds=1), [registration(manager)]
-    )
-    await runtime.start()
-    client = GrpcEnvironment(runtime.address, ClientSettings(timeout_seconds=60))
     try:
-        yield client
+        async with serving(manager) as (client, _runtime):
+            yield client
     finally:
-        await client.close()
-        await runtime.shutdown()
         await manager.close_all()
 
 

@@ -78,3 +78,27 @@ class CloseSessionRequest(_message.Message):
 class CloseSessionResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ListToolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ToolDescription(_message.Message):
+    __slots__ = ("name", "description", "required", "optional")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    OPTIONAL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    required: _containers.RepeatedScalarFieldContainer[str]
+    optional: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., required: _Optional[_Iterable[str]] = ..., optional: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools", "path_rules")
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    PATH_RULES_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[ToolDescription]
+    path_rules: str
+    def __init__(self, tools: _Optional[_Iterable[_Union[ToolDescription, _Mapping]]] = ..., path_rules: _Optional[str] = ...) -> None: ...

@@ -59,6 +59,11 @@ class EnvironmentServiceStub:
                 request_serializer=etude_dot_api_dot_v1_dot_environment__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=etude_dot_api_dot_v1_dot_environment__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.ListTools = channel.unary_unary(
+                '/etude.api.v1.EnvironmentService/ListTools',
+                request_serializer=etude_dot_api_dot_v1_dot_environment__pb2.ListToolsRequest.SerializeToString,
+                response_deserializer=etude_dot_api_dot_v1_dot_environment__pb2.ListToolsResponse.FromString,
+                _registered_method=True)
 
 
 class EnvironmentServiceServicer:
@@ -99,6 +104,15 @@ class EnvironmentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTools(self, request, context):
+        """The agent's tools as the policy is told about them, in the order it sees them. The
+        rollout renders its system prompt and checks calls from this answer, so a worker
+        documents exactly the tools of the environment it talks to.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EnvironmentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +140,11 @@ def add_EnvironmentServiceServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=etude_dot_api_dot_v1_dot_environment__pb2.CloseSessionRequest.FromString,
                     response_serializer=etude_dot_api_dot_v1_dot_environment__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'ListTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTools,
+                    request_deserializer=etude_dot_api_dot_v1_dot_environment__pb2.ListToolsRequest.FromString,
+                    response_serializer=etude_dot_api_dot_v1_dot_environment__pb2.ListToolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +282,33 @@ class EnvironmentService:
             '/etude.api.v1.EnvironmentService/CloseSession',
             etude_dot_api_dot_v1_dot_environment__pb2.CloseSessionRequest.SerializeToString,
             etude_dot_api_dot_v1_dot_environment__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etude.api.v1.EnvironmentService/ListTools',
+            etude_dot_api_dot_v1_dot_environment__pb2.ListToolsRequest.SerializeToString,
+            etude_dot_api_dot_v1_dot_environment__pb2.ListToolsResponse.FromString,
             options,
             channel_credentials,
             insecure,

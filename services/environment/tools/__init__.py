@@ -1,9 +1,12 @@
 """The agent's tools. Importing this package registers every tool in `TOOLS`.
 
-from etude.environment.tools import TOOLS, describe_tools, tool_specs
+from etude.environment.tools import TOOLS, tool_catalog, tool_specs
 
 parse_tool_calls(turn, tools=tools_by_name(tool_specs()))
 result = await TOOLS[call.name].function(ctx, **call.arguments)  # always a ToolOutput
+
+`tool_catalog()` is what the environment's ListTools serves: the rollout renders its system
+prompt from it (etude.rollout.prompt) instead of importing this package.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from etude.environment.tools import (  # noqa: F401
 
 # isort: on
 from etude.environment.tools.base import TOOLS, Tool
+from etude.environment.types import ToolCatalog, ToolDescription
 
-__all__ = ["TOOLS", "Tool", "describe_tools", "tool_specs"]
+__all__ = ["TOOLS", "Tool", "tool_catalog", "tool_specs"]
 
 
 def tool_specs() -> list[ToolSpec]:
@@ -40,14 +44,12 @@ PATH_RULES = (
 )
 
 
-def describe_tools() -> str:
-    """The tools as text for the system prompt: name, parameters and description of each."""
-    return "\n\n".join([PATH_RULES, *(_describe(registered) for registered in TOOLS.values())])
+def tool_catalog() -> ToolCatalog:
+    """Every tool as the policy is told about it, in registration order."""
+    return ToolCatalog(tuple(_description(t) for t in TOOLS.values()), PATH_RULES)
 
 
-def _describe(registered: Tool) -> str:
-    parameters = ", ".join(
-        name if name in registered.spec.required else f"{name} (optional)"
-        for name in registered.parameters
-    )
-    return f"{registered.name}({parameters})\n{registered.description}"
+def _description(registered: Tool) -> ToolDescription:
+    required = tuple(p for p in registered.parameters if p in registered.spec.required)
+    optional = tuple(p for p in registered.parameters if p not in registered.spec.required)
+    return ToolDescription(registered.name, registered.description, required, optional)
