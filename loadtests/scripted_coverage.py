@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from etude.common.run_config import RolloutConfig
-from etude.environment.client import InProcessEnvironment
 from etude.environment.config import EnvironmentConfig
+from etude.environment.local import InProcessEnvironment
 from etude.environment.sessions import SessionManager
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig

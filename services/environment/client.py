@@ -1,13 +1,13 @@
-"""One client interface to the environment, in-process or over gRPC.
+"""One client interface to the environment, and its form over gRPC.
 
-Tests and Ray actors use `InProcessEnvironment` (the core, no transport); the rollout
-worker in a cluster uses `GrpcEnvironment`. Both raise the same errors (errors.py).
+The rollout worker, the trainer's run and the reward service use `GrpcEnvironment`; tests
+use the in-process form, `etude.environment.local.InProcessEnvironment` (the core, no
+transport). Both raise the same errors (etude.environment.types). Importing this module
+loads neither the sessions nor the tools.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import grpc
@@ -17,19 +17,16 @@ from etude.api.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
 from etude.common.toolcalls import ToolCall
-from etude.environment.diff import WorkspaceDiff
-from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
-from etude.environment.sessions import SessionManager
-from etude.environment.tools import tool_catalog
-from etude.environment.types import ExecutedCall, ToolCatalog
+from etude.environment.types import (
+    ExecutedCall,
+    OpenedSession,
+    RepositoryError,
+    SessionLimitError,
+    SessionNotFoundError,
+    ToolCatalog,
+    WorkspaceDiff,
+)
 from etude.environment.wire import call_to_proto, catalog_from_proto, result_from_proto
-
-
-@dataclass(frozen=True, slots=True)
-class OpenedSession:
-    session_id: str
-    workspace_mode: str
-    sandbox_backend: str
 
 
 class EnvironmentClient(Protocol):
@@ -51,34 +48,6 @@ class EnvironmentClient(Protocol):
         """The tools as the policy is told about them (the rollout's prompt is rendered
         from this, not from a local copy of the tools)."""
         ...
-
-
-class InProcessEnvironment:
-    def __init__(self, manager: SessionManager) -> None:
-        self.manager = manager
-
-    async def create_session(
-        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
-    ) -> OpenedSession:
-        session = await self.manager.create(task_id, Path(repository_path), idle_ttl_seconds)
-        return OpenedSession(session.id, session.layout.mode, self.manager.sandbox.backend)
-
-    async def execute(
-        self, session_id: str, calls: list[ToolCall], parallel: bool = True
-    ) -> list[ExecutedCall]:
-        return await self.manager.execute(session_id, calls, parallel)
-
-    async def fork(self, session_id: str) -> str:
-        return (await self.manager.fork(session_id)).id
-
-    async def diff(self, session_id: str) -> WorkspaceDiff:
-        return await self.manager.diff(session_id)
-
-    async def close_session(self, session_id: str) -> None:
-        await self.manager.close(session_id)
-
-    async def list_tools(self) -> ToolCatalog:
-        return tool_catalog()
 
 
 _ERRORS = {

@@ -24,11 +24,10 @@ import difflib
 import hashlib
 import os
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from etude.environment.errors import WalkLimitError
 from etude.environment.tools.tree_scan import Content, Node, WalkBudget, read_node, scan_tree
+from etude.environment.types import WalkLimitError, WorkspaceDiff
 
 MAX_TEXT_BYTES = 1024 * 1024
 """Larger files are sent as binary literals: difflib is slow on huge inputs."""
@@ -42,14 +41,6 @@ NO_NEWLINE = "\\ No newline at end of file\n"
 NULL_ID = "0" * 40
 _BINARY_LINE_BYTES = 52
 _QUOTED = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r"}
-
-
-@dataclass(frozen=True, slots=True)
-class WorkspaceDiff:
-    unified_diff: str
-    changed_paths: list[str]
-    skipped: list[str] = field(default_factory=list)
-    """Entries left out: FIFOs, sockets, devices, `.git`, directories nested too deep."""
 
 
 def default_budget() -> WalkBudget:

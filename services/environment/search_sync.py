@@ -23,7 +23,7 @@ from etude.common.logging import log_fields
 from etude.environment.tools.base import SearchHit, ToolError
 from etude.environment.tools.paths import resolve
 from etude.environment.tools.tree_scan import WalkBudget, scan_tree
-from etude.search.files import SKIPPED_DIRS, is_indexed_path
+from etude.search.types import SKIPPED_DIRS, is_indexed_path
 
 log = logging.getLogger(__name__)
 

@@ -10,15 +10,15 @@ import grpc
 from etude.api.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from etude.common.grpc_server import Registration
 from etude.common.request_checks import InvalidFieldError
-from etude.environment.errors import (
+from etude.environment.repositories import RepositoryNotAllowedError, allowed_repository
+from etude.environment.sessions import SessionManager
+from etude.environment.tools import tool_catalog
+from etude.environment.types import (
     RepositoryError,
     SessionLimitError,
     SessionNotFoundError,
     WalkLimitError,
 )
-from etude.environment.repositories import RepositoryNotAllowedError, allowed_repository
-from etude.environment.sessions import SessionManager
-from etude.environment.tools import tool_catalog
 from etude.environment.wire import (
     calls_from_proto,
     catalog_to_proto,

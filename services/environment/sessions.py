@@ -1,7 +1,7 @@
 """Sessions: a workspace and a sandbox per rollout, tool execution, fork, diff, expiry.
 
 This is the service's core: plain asyncio, no gRPC. `server.py` exposes it over gRPC and
-`client.py` offers the same interface in-process.
+`local.py` offers the same interface in-process.
 """
 
 from __future__ import annotations
@@ -20,13 +20,18 @@ from etude.common.logging import log_fields
 from etude.common.toolcalls import ToolCall
 from etude.environment.batch import run_batch
 from etude.environment.config import EnvironmentConfig
-from etude.environment.diff import WorkspaceDiff, diff_trees
-from etude.environment.errors import SessionLimitError, SessionNotFoundError
+from etude.environment.diff import diff_trees
 from etude.environment.observer import EnvironmentObserver
 from etude.environment.search_sync import SearchIndexBackend, SearchSync
 from etude.environment.tools import TOOLS
 from etude.environment.tools.base import SandboxNamespaces, ToolContext
-from etude.environment.types import ExecutedCall, ToolOutput
+from etude.environment.types import (
+    ExecutedCall,
+    SessionLimitError,
+    SessionNotFoundError,
+    ToolOutput,
+    WorkspaceDiff,
+)
 from etude.environment.workspace import WorkspaceStore
 from etude.sandbox.bwrap import WORKSPACE, Bwrap, check_bwrap_works, configured_bwrap
 from etude.sandbox.config import SandboxConfig

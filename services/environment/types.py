@@ -1,6 +1,8 @@
 """The environment's plain types, what its clients may import: a tool's result as the tool
-returns it (`ToolOutput`) and as the caller receives it (`ExecutedCall`), and the tools as
-the policy is told about them (`ToolCatalog`, the answer of ListTools).
+returns it (`ToolOutput`) and as the caller receives it (`ExecutedCall`), the tools as the
+policy is told about them (`ToolCatalog`, the answer of ListTools), an opened session, a
+workspace's diff, and the errors a call can meet (server.py maps each to a gRPC status code,
+the gRPC client maps them back).
 
 One result travels from the tool to the agent: the environment wraps the tool's
 `ToolOutput` once, with the call it answers and how long the tool ran, and wire.py carries
@@ -9,9 +11,41 @@ that to a remote client unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from etude.common.toolcalls import ToolSpec
+
+
+class SessionNotFoundError(LookupError):
+    """No live session has that id (never created, closed, or expired)."""
+
+
+class SessionLimitError(RuntimeError):
+    """The bound on live sessions is reached."""
+
+
+class RepositoryError(ValueError):
+    """The repository to prepare does not exist or is not a directory."""
+
+
+class WalkLimitError(RuntimeError):
+    """A host-side walk of a workspace (Diff) ran past its deadline or its caps on entries or
+    bytes: the tree is too big, or something in it keeps the walk busy."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedSession:
+    session_id: str
+    workspace_mode: str
+    sandbox_backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceDiff:
+    unified_diff: str
+    changed_paths: list[str]
+    skipped: list[str] = field(default_factory=list)
+    """Entries left out: FIFOs, sockets, devices, `.git`, directories nested too deep."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from etude.environment.errors import RepositoryError
+from etude.environment.types import RepositoryError
 from etude.sandbox.types import Layout, Mode
 
 

@@ -8,7 +8,7 @@ from etude.api.v1 import reward_pb2, reward_pb2_grpc
 from etude.common.grpc_server import Registration
 from etude.common.request_checks import InvalidFieldError, check_text
 from etude.environment.client import EnvironmentClient
-from etude.environment.errors import SessionNotFoundError
+from etude.environment.types import SessionNotFoundError
 from etude.reward.grader import Grader
 from etude.reward.metrics import OUTCOMES, SCORE_SECONDS
 from etude.reward.types import Score

@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from etude.common.tool_text import EDIT_CONTEXT_LINES, edited, numbered_line
 from etude.common.toolcalls import ToolCall, render_tool_calls
-from etude.environment.tools.output import numbered_line
 from etude.environment.types import ExecutedCall, ToolOutput
 from etude.rollout.scripted_patch import (
     Edit,
@@ -207,10 +207,11 @@ class ScriptedSolver:
         lines = split_lines(text)
         excerpt = "\n".join(
             numbered_line(n, line_text(lines[n - 1]))
-            for n in range(max(1, first - 3), min(len(lines), last + 3) + 1)
+            for n in range(
+                max(1, first - EDIT_CONTEXT_LINES), min(len(lines), last + EDIT_CONTEXT_LINES) + 1
+            )
         )
-        summary = f"Replaced 1 occurrence in {path}. Lines around the first change now read:"
-        return f"{summary}\n{excerpt}"
+        return edited(1, path, excerpt)
 
     # -- the next move -------------------------------------------------------------------
 

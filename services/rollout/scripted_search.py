@@ -14,14 +14,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from etude.common.gitignore import compile_glob
+from etude.common.tool_text import (
+    GREP_DEFAULT_MAX_RESULTS,
+    GREP_HIT,
+    GREP_LONG_LINE,
+    GREP_MAX_COLUMNS,
+    GREP_MAX_RESULTS,
+    grep_hit,
+    grep_more,
+    grep_no_matches,
+    numbered_line,
+)
 from etude.common.toolcalls import ToolCall
-from etude.environment.tools.gitignore import compile_glob
-from etude.environment.tools.grep import MAX_RESULTS
-from etude.environment.tools.output import numbered_line, plural
 from etude.rollout.scripted_patch import Edit, Repository
 from etude.rollout.scripted_sight import LANGUAGE_WORDS, Sight, normal_path
 
-GREP_MAX_RESULTS = 10
+HITS_PER_SEARCH = 10
 """Hits shown per search: enough to choose from, few enough to stay cheap in tokens."""
 SEARCH_K = 3
 CONTEXT = 3
@@ -36,7 +45,6 @@ MAX_FIRST_HOPS = 12
 OUTLINE_PATTERN = "(def|class) "
 """A grep that lists what a file defines."""
 
-_GREP_HIT = re.compile(r"^([^\s:][^:\n]*):([0-9]+):", re.M)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PHRASE_WORD = re.compile(r"[A-Za-z]+")
 # Words of every statement that say nothing about where the bug is.
@@ -50,7 +58,6 @@ _NOISE = frozenset({
     "assertion", "assertionerror", "error", "raise", "raised", "raises", "true", "false",
     "none",
 })  # fmt: skip
-LONG_LINE = "[line over 300 bytes omitted]"
 
 
 def shown(output: str, cap: int) -> str:
@@ -79,7 +86,7 @@ class Probe:
         regex = re.compile(pattern, flags)
         target = normal_path(args.get("path", "."))
         glob = compile_glob(args["glob"]) if args.get("glob") else None
-        limit = min(int(args.get("max_results", "200")), MAX_RESULTS)
+        limit = min(int(args.get("max_results", GREP_DEFAULT_MAX_RESULTS)), GREP_MAX_RESULTS)
         whole = re.compile(pattern, flags | re.MULTILINE)
         hits, total = [], 0
         for path, lines in self.repository.files.items():
@@ -95,17 +102,13 @@ class Probe:
                 if regex.search(text):
                     total += 1
                     if len(hits) < limit:
-                        long = len(line.encode("utf-8", "surrogateescape")) > 300
-                        hits.append(f"{path}:{number}:{LONG_LINE if long else text}")
+                        long = len(line.encode("utf-8", "surrogateescape")) > GREP_MAX_COLUMNS
+                        hits.append(grep_hit(path, number, GREP_LONG_LINE if long else text))
         if not total:
             where = target if target != "." else "the workspace"
-            return f"No matches for {pattern!r} in {where}."
+            return grep_no_matches(pattern, where)
         if total > len(hits):
-            more = plural(total - len(hits), "more match", "more matches")
-            hits.append(
-                f"… {more} not shown ({total} in total); narrow the search with path or "
-                f"glob, or raise max_results (at most {MAX_RESULTS})."
-            )
+            hits.append(grep_more(total - len(hits), total))
         return "\n".join(hits)
 
     def read(self, args: dict[str, str]) -> str:
@@ -244,7 +247,7 @@ def grep_calls(text: str, wording: str, folder: str, files: list[str]) -> list[T
     calls: list[ToolCall] = []
 
     def add(pattern: str, path: str, **extra: str) -> None:
-        args = {"pattern": pattern, "path": path, "max_results": str(GREP_MAX_RESULTS)}
+        args = {"pattern": pattern, "path": path, "max_results": str(HITS_PER_SEARCH)}
         if not path.endswith(".py"):
             args["glob"] = "*.py"
         calls.append(ToolCall("grep", {**args, **extra}))
@@ -328,7 +331,7 @@ def _searches(
 
 def grep_hits(output: str) -> list[tuple[str, int]]:
     """The (path, line) of each `path:line:text` line of a grep result, paths normalised."""
-    return [(normal_path(m[1]), int(m[2])) for m in _GREP_HIT.finditer(output)]
+    return [(normal_path(m[1]), int(m[2])) for m in GREP_HIT.finditer(output)]
 
 
 def semantic_query(sight: Sight) -> str | None:

@@ -30,8 +30,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
+from etude.common.tool_text import GREP_HIT, NUMBERED_LINE, READ_FILE_MAX_LINES, READ_ON
 from etude.common.toolcalls import ToolCall
-from etude.environment.tools.read_file import MAX_LINES
 
 WORKSPACE = "/workspace"
 
@@ -41,11 +41,8 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _PATH_TOKEN = re.compile(r"[\w./\-]*[\w\-]")
 # A file's name as an instruction writes it: a lower-case extension of a few letters.
 _FILE_NAME = re.compile(r"(?<![\w./\-])(?:[\w.\-]+/)*[\w\-]+\.[a-z]{1,4}(?![\w/\-])")
-_NUMBERED = re.compile(r"^ *([0-9]+)\t(.*)$")
-_GREP_HIT = re.compile(r"^([^\s:][^:\n]*):([0-9]+):", re.M)
 _SEARCH_HIT = re.compile(r"^([^\s:][^:\n]*):([0-9]+)-([0-9]+) \(", re.M)
 _FRAME = re.compile(r'File "([^"\n]+)", line ([0-9]+)|([\w./\-]+\.\w+):([0-9]+)')
-_READ_ON = re.compile(r"start_line=([0-9]+)")
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
 _LINE_MENTION = re.compile(r"\blines? ([0-9]+)")
 _REGEX_ESCAPE = re.compile(r"\\[A-Za-z]")
@@ -145,7 +142,7 @@ class Sight:
         path = normal_path(call.arguments.get("path", "."))
         if call.name == "read_file" and exit_code == 0:
             self._take_listing(path, output, "read_file")
-            for number in _READ_ON.findall(output):
+            for number in READ_ON.findall(output):
                 self.line_numbers[path].add(int(number))
         elif call.name == "edit_file" and exit_code == 0:
             self._take_listing(path, output, "edit_file")
@@ -158,7 +155,7 @@ class Sight:
         self.dotted.update(_DOTTED.findall(text))
         for token in _PATH_TOKEN.findall(text):
             self.tokens.add(normal_path(token))
-        for found in _GREP_HIT.finditer(text):
+        for found in GREP_HIT.finditer(text):
             self.line_numbers[normal_path(found[1])].add(int(found[2]))
         for found in _SEARCH_HIT.finditer(text):
             path = normal_path(found[1])
@@ -176,7 +173,7 @@ class Sight:
             rows = rows[:-1]
         lines = {}
         for row in rows:
-            numbered = _NUMBERED.match(row)
+            numbered = NUMBERED_LINE.match(row)
             if numbered:
                 lines[int(numbered[1])] = numbered[2]
         if lines:
@@ -188,7 +185,7 @@ class Sight:
         current: str | None = None
         block: dict[int, str] = {}
         for row in text.split("\n"):
-            numbered = _NUMBERED.match(row)
+            numbered = NUMBERED_LINE.match(row)
             if numbered and current is not None:
                 block[int(numbered[1])] = numbered[2]
                 continue
@@ -294,7 +291,7 @@ class Sight:
         if not all(n.strip().isdigit() for n in numbers):
             return f"read_file: line numbers {numbers} are not numbers"
         start = int(numbers[0])
-        end = int(args["end_line"]) if "end_line" in args else start + MAX_LINES - 1
+        end = int(args["end_line"]) if "end_line" in args else start + READ_FILE_MAX_LINES - 1
         seen = self.lines_of(path)
         if not any(start - 1 <= n <= end for n in seen):
             return f"read_file: no line of {path} in {start}-{end} was shown"

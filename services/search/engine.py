@@ -20,8 +20,9 @@ from typing import Literal
 from etude.search.chunking import Chunk, chunk_file
 from etude.search.config import SearchConfig
 from etude.search.embedding_cache import CachedEmbedder
-from etude.search.files import decode_text, is_indexed_path, read_workspace
+from etude.search.files import decode_text, read_workspace
 from etude.search.index import IndexedChunk, Segment, Workspace, normalize_directory
+from etude.search.types import is_indexed_path
 
 Mode = Literal["hybrid", "vector", "lexical"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "lexical")

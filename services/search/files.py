@@ -1,8 +1,9 @@
 """Which files of a workspace are indexed, and reading them safely.
 
 Text files only (UTF-8, no NUL byte), up to a size limit; hidden directories (`.git`,
-`.venv`, caches) and build output are skipped. Symlinks are never followed: a workspace is
-written by the policy, and a link to a host file must not leak that file into search results.
+`.venv`, caches) and build output are skipped (that path rule is `etude.search.types`, which
+the environment follows too). Symlinks are never followed: a workspace is written by the
+policy, and a link to a host file must not leak that file into search results.
 """
 
 from __future__ import annotations
@@ -12,14 +13,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-SKIPPED_DIRS = {"__pycache__", "node_modules", "build", "dist", "site-packages"}
-BINARY_SUFFIXES = (".pyc", ".so", ".o", ".a", ".png", ".jpg", ".gif", ".zip", ".gz", ".whl")
-
-
-def is_indexed_path(path: str) -> bool:
-    parts = path.split("/")
-    hidden = any(p.startswith(".") or p in SKIPPED_DIRS for p in parts[:-1])
-    return not hidden and not path.endswith(BINARY_SUFFIXES)
+from etude.search.types import SKIPPED_DIRS, is_indexed_path
 
 
 def decode_text(data: bytes, max_bytes: int) -> str | None:

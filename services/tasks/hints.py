@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from etude.environment.tools.output import numbered_line
+from etude.common.tool_text import numbered_line
 from etude.tasks.task import Task
 
 HINT_TIERS = (0, 1, 2, 3)

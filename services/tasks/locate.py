@@ -32,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from etude.environment.tools.output import numbered_line
+from etude.common.tool_text import numbered_line
 from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import (
     HELD_OUT_PROJECTS,

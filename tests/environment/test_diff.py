@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from etude.common.toolcalls import ToolCall
 from etude.environment.diff import _literal, diff_trees, quote_path
-from etude.environment.errors import WalkLimitError
 from etude.environment.tools.tree_scan import WalkBudget
+from etude.environment.types import WalkLimitError
 from etude.tasks.repo import apply_patch
 
 

@@ -8,13 +8,13 @@ import urllib.request
 import pytest
 
 from etude.common.toolcalls import ToolCall
-from etude.environment.client import InProcessEnvironment
-from etude.environment.errors import RepositoryError, SessionLimitError, SessionNotFoundError
+from etude.environment.local import InProcessEnvironment
 from etude.environment.metrics import PrometheusObserver
 from etude.environment.observer import EnvironmentObserver
 from etude.environment.tools import list_dir as list_dir_module
 from etude.environment.tools import tool_catalog
 from etude.environment.tools.base import SearchHit
+from etude.environment.types import RepositoryError, SessionLimitError, SessionNotFoundError
 from tests.environment.conftest import make_manager, serving
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,6 @@ from etude.environment.tools.base import (
     ToolContext,
     ToolOutput,
 )
-from etude.environment.tools.gitignore import compile_glob, parse_line
 from etude.environment.tools.paths import resolve
 from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
 from etude.sandbox.output import cap_output
@@ -355,37 +354,6 @@ async def test_list_dir_errors(ctx, workspace):
     assert failed(await call(ctx, "list_dir", depth="4"), "bad_argument")
 
 
-@pytest.mark.parametrize(
-    ("line", "path", "is_dir", "matches"),
-    [
-        ("*.log", "a/b/x.log", False, True),
-        ("/top.txt", "sub/top.txt", False, False),
-        ("build/", "build", False, False),
-        ("build/", "a/build", True, True),
-        ("a/**/b", "a/b", True, True),
-        ("a/**/b", "a/x/y/b", False, True),
-        ("**/gen/**", "x/gen/y.py", False, True),
-        ("gen/**", "gen", True, False),
-        ("[a-c]?.txt", "b1.txt", False, True),
-        ("[!a-c].txt", "d.txt", False, True),
-        ("[!a-c].txt", "a.txt", False, False),
-        ("\\#hash", "#hash", False, True),
-        ("a*", "ab/c", False, False),
-    ],
-)
-def test_gitignore_patterns(line, path, is_dir, matches):
-    pattern = parse_line(line)
-    assert pattern is not None
-    assert pattern.matches(path, is_dir) is matches
-
-
-def test_gitignore_rules_rebase_onto_an_ancestor():
-    assert parse_line("*.tmp").rebased("src/pkg") == "/src/pkg/**/*.tmp"
-    assert parse_line("!/keep/").rebased("a[1]") == "!/a\\[1]/keep/"
-    assert parse_line("x/y").rebased("") == "/x/y"
-    assert parse_line("# comment") is None and parse_line("   ") is None
-
-
 # --- grep ---------------------------------------------------------------------------------------
 
 SEARCH_TREE: dict[str, str | bytes] = {
@@ -574,12 +542,6 @@ async def test_file_search_caps_at_100(ctx, workspace):
     lines = result.output.split("\n")
     assert lines[0] == "d/f000.py" and lines[99] == "d/f099.py"
     assert lines[100] == "… 30 more files not shown; use a narrower glob."
-
-
-def test_globs_without_a_slash_match_names_at_any_depth():
-    assert compile_glob("*.py").matches("a/b/c.py", is_dir=False)
-    assert not compile_glob("src/*.py").matches("src/a/b.py", is_dir=False)
-    assert compile_glob("./src/**").matches("src/a/b.py", is_dir=False)
 
 
 # --- codebase_search ----------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
-from etude.environment.client import InProcessEnvironment
 from etude.environment.config import EnvironmentConfig
+from etude.environment.local import InProcessEnvironment
 from etude.environment.sessions import SessionManager
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader

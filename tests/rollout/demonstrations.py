@@ -9,7 +9,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from etude.environment.client import InProcessEnvironment
+from etude.environment.local import InProcessEnvironment
 from etude.reward.grader import Grader
 from etude.reward.types import Score
 from etude.sandbox.bwrap import find_bwrap

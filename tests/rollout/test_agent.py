@@ -10,7 +10,7 @@ import pytest
 from etude.common.payloads import RolloutRequest
 from etude.common.run_config import RolloutConfig
 from etude.common.toolcalls import ToolCall, render_tool_calls
-from etude.environment.client import InProcessEnvironment
+from etude.environment.local import InProcessEnvironment
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from etude.common.run_config import RolloutConfig, TasksConfig
-from etude.environment.client import InProcessEnvironment
+from etude.environment.local import InProcessEnvironment
 from etude.inference.engine import EngineConfig
 from etude.inference.torch_backend import TorchBackend
 from etude.model.checkpoint import build_model

@@ -9,7 +9,7 @@ import pytest
 from etude.common.payloads import RolloutRequest
 from etude.common.run_config import RolloutConfig
 from etude.common.toolcalls import ToolCall, parse_tool_calls, render_tool_calls, tools_by_name
-from etude.environment.client import InProcessEnvironment
+from etude.environment.local import InProcessEnvironment
 from etude.environment.tools import TOOLS, tool_catalog, tool_specs
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig

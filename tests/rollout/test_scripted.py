@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from etude.common.toolcalls import ToolCall, render_tool_calls
-from etude.environment.client import InProcessEnvironment
+from etude.environment.local import InProcessEnvironment
 from etude.environment.types import ExecutedCall, ToolOutput
 from etude.rollout.scripted import ScriptedSolver, ScriptError
 from etude.rollout.scripted_honesty import (

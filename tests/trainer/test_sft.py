@@ -15,7 +15,7 @@ import torch
 
 from etude.common.payloads import RolloutRequest, Trajectory
 from etude.common.run_config import RolloutConfig, SftConfig
-from etude.environment.client import InProcessEnvironment
+from etude.environment.local import InProcessEnvironment
 from etude.model.checkpoint import from_pretrained
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig

@@ -10,9 +10,9 @@ import asyncio
 import logging
 from pathlib import Path
 
+from etude.common.tool_text import printable
 from etude.environment.tools.arguments import parse_int, parse_list, require_text
 from etude.environment.tools.base import SearchHit, ToolContext, ToolError, ToolOutput, tool
-from etude.environment.tools.output import printable
 from etude.environment.tools.paths import resolve
 
 DEFAULT_K = 10

@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from etude.common.tool_text import EDIT_CONTEXT_LINES, edited, numbered_line, plural, printable
 from etude.environment.tools.arguments import parse_bool
 from etude.environment.tools.base import ToolArgumentError, ToolContext, ToolOutput, tool
-from etude.environment.tools.output import numbered_line, plural, printable
 from etude.environment.tools.paths import WorkspacePath, resolve
 
-CONTEXT_LINES = 3
 MAX_LISTED_LINES = 20
 BINARY_SNIFF_BYTES = 8 * 1024
 # Text is decoded with surrogateescape so bytes that are not UTF-8 survive an edit unchanged.
@@ -103,11 +102,8 @@ def _edit(
     first_line = _line_of(text, positions[0])
     # A trailing newline ends the replacement's last line rather than starting another.
     last_line = first_line + new.removesuffix("\n").count("\n")
-    summary = f"Replaced {plural(count, 'occurrence')} in {printable(target.relative)}."
-    context = _excerpt(updated, first_line - CONTEXT_LINES, last_line + CONTEXT_LINES)
-    return ToolOutput(f"{summary} Lines around the first change now read:\n{context}"), (
-        target.relative
-    )
+    context = _excerpt(updated, first_line - EDIT_CONTEXT_LINES, last_line + EDIT_CONTEXT_LINES)
+    return ToolOutput(edited(count, printable(target.relative), context)), target.relative
 
 
 def _read_text(target: WorkspacePath) -> str | None:

@@ -6,10 +6,10 @@ import asyncio
 import os
 from pathlib import Path
 
+from etude.common.gitignore import Pattern, compile_glob
+from etude.common.tool_text import plural, printable
 from etude.environment.tools.arguments import require_text
 from etude.environment.tools.base import ToolArgumentError, ToolContext, ToolOutput, tool
-from etude.environment.tools.gitignore import Pattern, compile_glob
-from etude.environment.tools.output import plural, printable
 from etude.environment.tools.paths import resolve
 from etude.environment.tools.walk import walk
 

@@ -10,10 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from etude.common.gitignore import Pattern, compile_glob
+from etude.common.tool_text import (
+    GREP_DEFAULT_MAX_RESULTS,
+    GREP_MAX_RESULTS,
+    grep_more,
+    grep_no_matches,
+    printable,
+)
 from etude.environment.tools import grep_engines
 from etude.environment.tools.arguments import parse_bool, parse_int
 from etude.environment.tools.base import ToolArgumentError, ToolContext, ToolOutput, tool
-from etude.environment.tools.gitignore import Pattern, compile_glob
 from etude.environment.tools.grep_engines import (
     GrepRequest,
     Matches,
@@ -21,14 +28,11 @@ from etude.environment.tools.grep_engines import (
     search_python,
     search_ripgrep,
 )
-from etude.environment.tools.output import plural, printable
 from etude.environment.tools.paths import resolve
 
 log = logging.getLogger(__name__)
 _WARNED: set[str] = set()
 
-DEFAULT_MAX_RESULTS = 200
-MAX_RESULTS = 1000
 DEFAULT_TIMEOUT_S = 30
 
 
@@ -53,7 +57,11 @@ async def grep(
     lines shown. Honours .gitignore, skips binary files and .git, shows lines over 300 bytes
     as a placeholder."""
     limit = parse_int(
-        "max_results", max_results, default=DEFAULT_MAX_RESULTS, minimum=1, maximum=MAX_RESULTS
+        "max_results",
+        max_results,
+        default=GREP_DEFAULT_MAX_RESULTS,
+        minimum=1,
+        maximum=GREP_MAX_RESULTS,
     )
     assert limit is not None
     request = GrepRequest(
@@ -95,13 +103,9 @@ def _render(matches: Matches, request: GrepRequest) -> ToolOutput:
     if not matches.total:
         parts = request.target.parts
         where = "/".join(parts) if parts else "the workspace"
-        return ToolOutput(f"No matches for {request.pattern!r} in {printable(where)}.")
+        return ToolOutput(grep_no_matches(request.pattern, printable(where)))
     lines = list(matches.lines)
     hidden = matches.total - len(lines)
     if hidden:
-        more = plural(hidden, "more match", "more matches")
-        lines.append(
-            f"… {more} not shown ({matches.total} in total); narrow the search with path or "
-            f"glob, or raise max_results (at most {MAX_RESULTS})."
-        )
+        lines.append(grep_more(hidden, matches.total))
     return ToolOutput("\n".join(lines), truncated=hidden > 0)

@@ -6,7 +6,7 @@ inside the workspace count (the root's and those below it, never a parent of the
 global excludes file or `.ignore`); symlinks are not followed; files are visited depth-first in
 byte order of their names; a file with a NUL byte in its first 64 KiB is skipped and later ones
 are searched up to the line holding the first NUL; a line over 300 bytes (with its newline) is
-shown as `LONG_LINE`. The user's glob filters files after the ignore rules, so it never
+shown as `GREP_LONG_LINE`. The user's glob filters files after the ignore rules, so it never
 re-includes an ignored file (ripgrep's own `-g` would).
 
 Ripgrep reads files by name, so on the host a directory swapped for a symlink to `/` while it
@@ -30,14 +30,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from etude.common.gitignore import Pattern
+from etude.common.tool_text import GREP_LONG_LINE, GREP_MAX_COLUMNS, grep_hit, printable
 from etude.environment.tools.base import SandboxNamespaces, ToolError
-from etude.environment.tools.gitignore import Pattern
-from etude.environment.tools.output import printable
 from etude.environment.tools.paths import WorkspacePath
 from etude.environment.tools.walk import ancestor_rules, walk
 
-MAX_COLUMNS = 300
-LONG_LINE = f"[line over {MAX_COLUMNS} bytes omitted]"
 BINARY_SNIFF_BYTES = 64 * 1024
 _RG_LONG_LINE = re.compile(rb"\[Omitted long (matching )?line.*\]")
 
@@ -62,7 +60,7 @@ class Matches:
     def add(self, path: str, number: int, text: str) -> None:
         self.total += 1
         if len(self.lines) < self.limit:
-            self.lines.append(f"{printable(path)}:{number}:{printable(text)}")
+            self.lines.append(grep_hit(printable(path), number, printable(text)))
 
 
 # What ripgrep sees depends only on the user and mount namespaces (and the pid one: its
@@ -146,7 +144,8 @@ async def search_ripgrep(
 
 
 def _ripgrep_flags(request: GrepRequest, ignore_file: BinaryIO, workspace: str) -> list[str]:
-    flags = ["--no-config", "--line-number", "--color", "never", "--max-columns", "300"]
+    flags = ["--no-config", "--line-number", "--color", "never"]
+    flags += ["--max-columns", str(GREP_MAX_COLUMNS)]
     flags += ["--null", "--with-filename", "--no-heading", "--sort", "path", "--encoding", "none"]
     # Ignore rules: only .gitignore files inside the workspace, with or without a git repo.
     flags += ["--hidden", "--glob", "!.git", "--no-require-git", "--no-ignore-parent"]
@@ -198,7 +197,7 @@ async def _read_matches(
         path = os.fsdecode(path_bytes[len(prefix) :])
         if not wanted(request, path):
             continue
-        shown = LONG_LINE if _RG_LONG_LINE.fullmatch(text) else text.decode("utf-8", "replace")
+        shown = GREP_LONG_LINE if _RG_LONG_LINE.fullmatch(text) else text.decode("utf-8", "replace")
         matches.add(path, int(number), shown)
 
 
@@ -258,7 +257,7 @@ def _matching_lines(regex: re.Pattern[str], data: bytes) -> Iterator[tuple[int, 
         text = raw.decode("utf-8", "surrogateescape")
         if regex.search(text):
             # ripgrep counts the newline into --max-columns.
-            yield number, LONG_LINE if len(raw) + has_newline > MAX_COLUMNS else text
+            yield number, GREP_LONG_LINE if len(raw) + has_newline > GREP_MAX_COLUMNS else text
 
 
 def _timeout(seconds: float) -> ToolError:

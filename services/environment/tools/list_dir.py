@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from etude.common.tool_text import plural, printable
 from etude.environment.tools.arguments import parse_int
 from etude.environment.tools.base import ToolContext, ToolOutput, tool
-from etude.environment.tools.output import plural, printable
 from etude.environment.tools.paths import resolve
 from etude.environment.tools.walk import Entry, walk
 

@@ -11,13 +11,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from etude.common.tool_text import READ_FILE_MAX_BYTES, READ_FILE_MAX_LINES, numbered_line, read_on
 from etude.environment.tools.arguments import parse_int
 from etude.environment.tools.base import ToolArgumentError, ToolContext, ToolOutput, tool
-from etude.environment.tools.output import numbered_line
 from etude.environment.tools.paths import WorkspacePath, resolve
 
-MAX_LINES = 400
-MAX_BYTES = 32 * 1024
 BINARY_SNIFF_BYTES = 8 * 1024
 # Files up to this size are read on the event loop (about a millisecond at most).
 INLINE_MAX_BYTES = 1024 * 1024
@@ -37,8 +35,8 @@ async def read_file(
     if end is not None and end < start:
         raise ToolArgumentError(f"end_line ({end}) must not be smaller than start_line ({start})")
     page_limits = (
-        ctx.limits.get("read_file_max_lines", MAX_LINES),
-        ctx.limits.get("read_file_max_bytes", MAX_BYTES),
+        ctx.limits.get("read_file_max_lines", READ_FILE_MAX_LINES),
+        ctx.limits.get("read_file_max_bytes", READ_FILE_MAX_BYTES),
     )
     target = resolve(ctx.root, path)
     if target.kind != "dir" and target.stat().st_size <= INLINE_MAX_BYTES:
@@ -131,11 +129,7 @@ def _render(page: _Page) -> ToolOutput:
     if page.cut_at is None:  # only a single over-long line was cut, if anything
         cut = page.unshown_chars
         return ToolOutput(text, truncated=cut > 0, truncated_chars=cut)
-    last = page.cut_at - 1
-    note = (
-        f"… showing lines {page.start}-{last} of {page.total}; "
-        f"call read_file with start_line={page.cut_at} to read on."
-    )
+    note = read_on(page.start, page.cut_at - 1, page.total, page.cut_at)
     return ToolOutput(f"{text}\n{note}", truncated=True, truncated_chars=page.unshown_chars)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from etude.environment.errors import WalkLimitError
+from etude.environment.types import WalkLimitError
 
 NodeKind = Literal["file", "symlink"]
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from etude.environment.tools.gitignore import IgnoreRules, Pattern, parse
+from etude.common.gitignore import IgnoreRules, Pattern, parse
 from etude.environment.tools.paths import Kind, WorkspacePath
 
 GITIGNORE = ".gitignore"
