@@ -36,7 +36,7 @@ from etude.tasks.synth.synthesize import (
     to_task,
 )
 from etude.tasks.task import Task, read_jsonl, write_jsonl
-from etude.trainer.taskset import taskset_path
+from etude.tasks.taskset import taskset_path
 
 app = typer.Typer(help="Coding tasks: synthesize them, build their repositories, list them.")
 console = Console(stderr=True)

@@ -42,11 +42,11 @@ from etude.rollout.service import policy_tokenizer
 from etude.rollout.streams import rollout_queue, trajectory_queue
 from etude.tasks.draw import split_by_project
 from etude.tasks.materialize import PROJECTS_DIR
+from etude.tasks.taskset import load_taskset, training_tiers
 from etude.trainer import checkpoint, metrics, sft_cache
 from etude.trainer.publish import WeightPublisher
 from etude.trainer.report import Reporter
 from etude.trainer.sft import collect_demonstrations, sft_train
-from etude.trainer.taskset import load_taskset, training_tiers
 from etude.trainer.trainer import PolicyTrainer, StepStats
 from etude.trainer.types import Endpoints
 

@@ -18,7 +18,7 @@ from etude.reward.grader import Grader
 from etude.rollout.agent import EpisodeRunner
 from etude.rollout.evaluation import pass_at_1, wilson_interval
 from etude.tasks.materialize import materialize
-from etude.trainer.taskset import load_taskset
+from etude.tasks.taskset import load_taskset
 from tests.environment.conftest import make_manager
 from tests.inference.conftest import small_moe_config
 from tests.rollout.test_prompt import GradeById

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from etude.common.run_config import TasksConfig
 from etude.tasks.draw import project_of, round_robin, split_by_project
-from etude.trainer.taskset import load_taskset
+from etude.tasks.taskset import load_taskset
 
 
 def training_tasks():

@@ -27,7 +27,7 @@ from etude.tasks.materialize import (
 )
 from etude.tasks.repo import unified_diff
 from etude.tasks.task import read_jsonl
-from etude.trainer.taskset import load_taskset
+from etude.tasks.taskset import load_taskset
 
 BUNDLED = list(read_jsonl(LOCATE_TASKS_FILE))
 WITH_STUBS = list(read_jsonl(LOCATE_STUBBED_TASKS_FILE))

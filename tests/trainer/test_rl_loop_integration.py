@@ -21,9 +21,9 @@ from etude.model.checkpoint import from_pretrained
 from etude.rollout.orchestrator import Orchestrator, TaskCycle
 from etude.rollout.streams import rollout_queue, rollout_stream, trajectory_queue
 from etude.tasks.draw import project_of
+from etude.tasks.taskset import load_taskset
 from etude.trainer import checkpoint
 from etude.trainer.run import TrainingRun
-from etude.trainer.taskset import load_taskset
 from etude.trainer.trainer import PolicyTrainer
 from tests.trainer.conftest import endpoints, register, worker_spec
 

@@ -16,7 +16,7 @@ from etude.tasks.draw import project_of
 from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import HELD_OUT_PROJECTS, TASKS_FILE
 from etude.tasks.task import read_jsonl
-from etude.trainer.taskset import load_taskset
+from etude.tasks.taskset import load_taskset
 
 ALL = list(read_jsonl(TASKS_FILE))
 TRAIN_PROJECTS = {project_of(t) for t in ALL} - HELD_OUT_PROJECTS
@@ -59,7 +59,7 @@ def test_tasks_without_hints_are_skipped_at_the_run_s_highest_tier_and_logged(tm
     assert len(plain) == 3
     for config in (TasksConfig(taskset=str(path), hint_tier=1),
                    TasksConfig(taskset=str(path), eval_tiers=(0, 2))):  # fmt: skip
-        with caplog.at_level(logging.WARNING, logger="etude.trainer.taskset"):
+        with caplog.at_level(logging.WARNING, logger="etude.tasks.taskset"):
             train, _ = load_taskset(config)
         assert records[1]["instance_id"] not in {t.id for t in train} and len(train) == 2
         assert records[1]["instance_id"] in caplog.text and "has no hints" in caplog.text
