@@ -13,10 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from etude.search.config import SearchConfig, SearchSettings
-from etude.search.embedders import load_embedder
-from etude.search.embedding_cache import CachedEmbedder, EmbeddingCache
-from etude.search.engine import SearchEngine
-from etude.search.evaluation import SPLITS, Scores, build_benchmark, evaluate_benchmark
+from etude.search.evaluation import (
+    SPLITS,
+    Scores,
+    build_benchmark,
+    evaluate_benchmark,
+    evaluation_engine,
+)
 
 app = typer.Typer(help="Code search: evaluate retrieval, fine-tune the embedder.")
 console = Console(stderr=True)
@@ -30,12 +33,6 @@ JsonOut = Annotated[Path | None, typer.Option("--json", help="Also write the sco
 
 def _config() -> SearchConfig:
     return SearchSettings().resolved()
-
-
-def _engine(config: SearchConfig, embedder: str | None) -> SearchEngine:
-    model = load_embedder(embedder or config.embedder, config.device, config.batch_size)
-    cache = EmbeddingCache(config.cache_dir / "embeddings.sqlite3")
-    return SearchEngine(config, CachedEmbedder(model, cache))
 
 
 def _scores_json(scores: dict[str, Scores]) -> dict:
@@ -67,7 +64,7 @@ def evaluate(
     if split not in SPLITS:
         raise typer.BadParameter(f"split must be one of {', '.join(SPLITS)}")
     config = _config()
-    engine = _engine(config, embedder)
+    engine = evaluation_engine(config, embedder)
     benchmark = build_benchmark(split)
     started = time.perf_counter()
     scores = evaluate_benchmark(engine, benchmark)
@@ -105,7 +102,7 @@ def finetune(
     )
 
     config = _config()
-    engine = _engine(config, embedder)
+    engine = evaluation_engine(config, embedder)
     model = engine.embedder.embedder
     training = benchmark_pairs(engine, build_benchmark("train"))
     for path in pairs:

@@ -22,6 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from etude.search.config import SearchConfig
+from etude.search.embedders import load_embedder
+from etude.search.embedding_cache import CachedEmbedder, EmbeddingCache
 from etude.search.engine import MODES, SearchEngine
 from etude.tasks.materialize import HELD_OUT_PROJECTS, PROJECTS_DIR
 
@@ -99,6 +102,15 @@ def evaluate_benchmark(engine: SearchEngine, benchmark: Benchmark) -> dict[str, 
     for project in benchmark.sources:
         engine.drop(f"eval-{project}")
     return results
+
+
+def evaluation_engine(config: SearchConfig, embedder: str | None = None) -> SearchEngine:
+    """The engine `etude search eval | finetune` runs on: the named embedder (`minilm` or a
+    model directory; default the configured one) behind the embedding cache of
+    `config.cache_dir`, so a second evaluation embeds nothing it has seen."""
+    model = load_embedder(embedder or config.embedder, config.device, config.batch_size)
+    cache = EmbeddingCache(config.cache_dir / "embeddings.sqlite3")
+    return SearchEngine(config, CachedEmbedder(model, cache))
 
 
 def evaluate(embedder, config, split: str = "heldout") -> dict[str, Scores]:
