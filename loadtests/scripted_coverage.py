@@ -4,7 +4,7 @@ hint tier and style, and how long they are.
 Every training task (`--quick`: 24, spread over the suite) is demonstrated at each tier in
 `--variants` styles through the real agent loop: real sandboxed sessions, the real Grader with
 the hidden tests, kept only when submitted, solved (reward 1), within the episode budget and
-honest on the tokens the policy was shown (etude.trainer.sft.collect_demonstrations). The
+honest on the tokens the policy was shown (etude.rollout.demonstrations). The
 variants of a task leave the same diff, so each diff is graded once. Episode length is counted
 in the bundled tokenizer's tokens (the trajectory itself) and, re-encoded, in SmolLM2's.
 
@@ -33,12 +33,13 @@ from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.types import Score
 from etude.rollout.agent import EpisodeRunner
+from etude.rollout.demonstrations import collect_demonstrations
 from etude.rollout.scripted_styles import style_for, tier_styles
+from etude.rollout.types import DROP_REASONS, Demonstrations
 from etude.sandbox.bwrap import find_bwrap
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import TASKS_FILE, materialize
 from etude.tasks.task import Task, read_jsonl
-from etude.trainer.sft import DROP_REASONS, Demonstrations, collect_demonstrations
 
 
 class OnceGrader:

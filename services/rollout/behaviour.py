@@ -1,6 +1,6 @@
 """How the policy works, not only whether it succeeds: per episode, what the agent loop saw
-(`EpisodeBehaviour`, fed one turn at a time), and over a batch of trajectories the shares
-and means a dashboard follows (`behaviour_summary`).
+(`EpisodeBehaviour`, fed one turn at a time). The trajectory records it; over a batch of
+trajectories, the shares and means a dashboard follows are etude.rollout.types.behaviour_summary.
 
 An episode's behaviour, beside what the trajectory already holds (turns, calls per turn,
 the loss mask, the finish reason):
@@ -20,11 +20,9 @@ the loss mask, the finish reason):
 from __future__ import annotations
 
 import posixpath
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from etude.common.payloads import Trajectory
 from etude.common.toolcalls import ParseError, ToolCall
 from etude.environment.types import ExecutedCall
 
@@ -32,16 +30,10 @@ READ_TOOLS = frozenset({"read_file", "grep", "codebase_search", "file_search", "
 """Calls that look at the repository without changing it."""
 READ_TOOL = "read_file"
 EDIT_TOOL = "edit_file"
-PARALLEL_CALLS = 2
-"""A turn with at least this many calls is a parallel batch."""
 REJECTED_ARGUMENTS = "bad_argument"
 """The environment's `error_reason` for arguments it refused (etude.environment.tools.base)."""
 WORKSPACE = "/workspace"
 """The workspace's path inside the sandbox, as the system prompt shows it."""
-FINISH_REASONS = ("submitted", "no_tool_call", "max_turns", "max_tokens", "timeout")
-"""Reported in every summary, 0 when absent, so each reason's series is continuous."""
-FINISH_PREFIX = "finish_"
-"""A summary's `finish_<reason>` keys are the shares of episodes by finish reason."""
 
 
 def workspace_path(path: str) -> str:
@@ -111,46 +103,3 @@ def _succeeded(executed: ExecutedCall | None) -> bool:
     if executed is None:
         return False
     return executed.result.exit_code == 0 and executed.result.error_reason is None
-
-
-def parallel_turns(calls_per_turn: Sequence[int]) -> int:
-    return sum(n >= PARALLEL_CALLS for n in calls_per_turn)
-
-
-def behaviour_summary(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Behaviour over a batch of episodes (a step's, an evaluation's).
-
-    Keys: `tool_calls_per_turn`, `parallel_share` (turns with a parallel batch / turns),
-    `reads_before_first_edit` (mean over episodes that edited), `blind_edit_rate` (blind
-    edits / edits), `turns_per_episode`, `generated_tokens_per_episode` (sampled tokens),
-    `malformed_rate` (malformed / (valid + malformed) calls) and `finish_<reason>` (share of
-    episodes). A ratio whose denominator is zero (no edit, no call) is left out rather
-    than reported as 0; an empty batch gives {}.
-    """
-    if not trajectories:
-        return {}
-    episodes = len(trajectories)
-    turns = [n for t in trajectories for n in t.calls_per_turn]
-    edited = [
-        t.reads_before_first_edit for t in trajectories if t.reads_before_first_edit is not None
-    ]
-    edits = sum(t.edits for t in trajectories)
-    malformed = sum(t.malformed_calls for t in trajectories)
-    attempted = malformed + sum(t.valid_calls for t in trajectories)
-    summary = {
-        "turns_per_episode": len(turns) / episodes,
-        "generated_tokens_per_episode": sum(sum(t.loss_mask) for t in trajectories) / episodes,
-    }
-    if turns:
-        summary["tool_calls_per_turn"] = sum(turns) / len(turns)
-        summary["parallel_share"] = parallel_turns(turns) / len(turns)
-    if edited:
-        summary["reads_before_first_edit"] = sum(edited) / len(edited)
-    if edits:
-        summary["blind_edit_rate"] = sum(t.blind_edits for t in trajectories) / edits
-    if attempted:
-        summary["malformed_rate"] = malformed / attempted
-    reasons = Counter(t.finish_reason for t in trajectories if t.finish_reason)
-    for reason in (*FINISH_REASONS, *sorted(reasons.keys() - set(FINISH_REASONS))):
-        summary[FINISH_PREFIX + reason] = reasons[reason] / episodes
-    return summary

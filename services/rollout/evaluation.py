@@ -7,34 +7,14 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass, field
 
 from etude.common.payloads import RolloutRequest
 from etude.rollout.agent import EpisodeRunner, Tokenizer
-from etude.rollout.behaviour import behaviour_summary
 from etude.rollout.samplers import Generator, PolicySampler
+from etude.rollout.types import Evaluation, behaviour_summary
 from etude.tasks.task import Task
 
 Z_95 = 1.959963984540054
-
-
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    pass_at_1: float
-    """Passing episodes / episodes."""
-    mean_reward: float
-    rewards: dict[str, float]
-    """Per task: mean reward over its episodes."""
-    finish_reasons: dict[str, int]
-    seconds: float
-    behaviour: dict[str, float] = field(default_factory=dict)
-    """etude.rollout.behaviour.behaviour_summary of the evaluation's episodes."""
-    tier: int = 0
-    episodes: int = 0
-    passed: int = 0
-    ci_low: float = 0.0
-    """95% Wilson interval of pass@1."""
-    ci_high: float = 0.0
 
 
 def wilson_interval(passed: int, episodes: int, z: float = Z_95) -> tuple[float, float]:

@@ -11,28 +11,9 @@ handed out twice.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 from etude.common.payloads import Trajectory
-
-
-@dataclass(slots=True)
-class Group:
-    group_id: str
-    size: int
-    """Completions the trainer compares (G)."""
-    trajectories: list[Trajectory] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return len(self.trajectories) >= self.size
-
-
-@dataclass(frozen=True, slots=True)
-class StepBatch:
-    groups: list[Group]
-    staleness: list[int]
-    """Per trajectory: trainer version − the oldest policy version among its tokens."""
+from etude.rollout.types import Group, StepBatch
 
 
 def oldest_version(trajectory: Trajectory) -> int:

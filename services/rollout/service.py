@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from pathlib import Path
 
 import redis.asyncio as aioredis
 
@@ -16,8 +15,7 @@ from etude.common.run_config import RunConfig, parse_run_config
 from etude.common.runs import RunRegistry
 from etude.environment.client import GrpcEnvironment
 from etude.inference.client import GrpcInference
-from etude.model.pretrained import resolve_init
-from etude.model.tokenizer import load_tokenizer
+from etude.model.pretrained import policy_tokenizer
 from etude.reward.client import GrpcReward
 from etude.rollout.agent import EpisodeRunner
 from etude.rollout.config import RolloutSettings
@@ -30,13 +28,6 @@ from etude.tasks.store import TaskStore
 
 class WorkerSetupError(RuntimeError):
     pass
-
-
-def policy_tokenizer(run: RunConfig, models_dir: Path):
-    """The policy's tokenizer: a checkpoint's own (a pretrained model's once imported into
-    `models_dir`), else the bundled one (presets)."""
-    init = Path(resolve_init(run.policy.init, models_dir))
-    return load_tokenizer(init if init.is_dir() else None)
 
 
 def _address(value: str | None, name: str) -> str:
@@ -66,7 +57,7 @@ async def build_worker(
     reward = GrpcReward(_address(services.reward, "reward"), settings.client)
     for client_ in (inference, environment, reward):
         resources.push_async_callback(client_.close)
-    tokenizer = policy_tokenizer(run, settings.stack.models_dir)
+    tokenizer = policy_tokenizer(run.policy.init, settings.stack.models_dir)
     cache = RepositoryCache(
         config.cache_dir or settings.stack.run_dir / "tasks", config.projects_dir
     )

@@ -2,7 +2,7 @@
 
 A small policy cannot find a bug from a problem statement alone, so a run can start with
 the instruction saying more and take the hints away as the policy improves (the curriculum,
-etude.rollout.curriculum):
+etude.rollout.client.Curriculum):
 
 - tier 0: the problem statement;
 - tier 1: also the first failing test's traceback (a few frames, the error lines);

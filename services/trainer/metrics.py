@@ -42,7 +42,7 @@ TOKENS_PER_SECOND = Gauge(
     "etude_trainer_tokens_per_second", "Trained-on tokens per second of the last step."
 )
 
-# How the policy works, per step (etude.rollout.behaviour.behaviour_summary); NaN when the
+# How the policy works, per step (etude.rollout.types.behaviour_summary); NaN when the
 # step's batch had none to measure (no edit, no call).
 BEHAVIOUR = {
     "tool_calls_per_turn": Gauge(

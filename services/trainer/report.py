@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from etude.rollout.behaviour import FINISH_PREFIX
+from etude.rollout.types import FINISH_PREFIX
 from etude.trainer import metrics
 
 

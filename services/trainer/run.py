@@ -6,7 +6,9 @@ glance:
     → schedule more → checkpoint → acknowledge the trajectories used → report
 
 Rollout workers run elsewhere (processes or Ray actors) and meet this loop only through the
-run's two Redis streams and the inference service's policy version.
+run's two Redis streams and the inference service's policy version. The run asks the rollout
+(etude.rollout.client) for a schedule of rollouts and their trajectories (the orchestrator),
+and runs held-out evaluations and SFT demonstrations in process (InProcessEpisodes).
 """
 
 from __future__ import annotations
@@ -30,23 +32,16 @@ from etude.environment.client import GrpcEnvironment
 from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained, load_model, save_checkpoint
 from etude.model.model import Transformer
-from etude.model.pretrained import resolve_init
+from etude.model.pretrained import policy_tokenizer, resolve_init
 from etude.reward.client import GrpcReward
-from etude.rollout.agent import EpisodeRunner
-from etude.rollout.behaviour import behaviour_summary
-from etude.rollout.curriculum import Curriculum
-from etude.rollout.evaluation import Evaluation, pass_at_1
-from etude.rollout.orchestrator import Orchestrator, TaskCycle, WaitedBatch
-from etude.rollout.repositories import RepositoryCache
-from etude.rollout.service import policy_tokenizer
-from etude.rollout.streams import rollout_queue, trajectory_queue
+from etude.rollout.client import Curriculum, InProcessEpisodes, Orchestrator, TaskCycle
+from etude.rollout.types import Evaluation, WaitedBatch, behaviour_summary
 from etude.tasks.draw import split_by_project
-from etude.tasks.materialize import PROJECTS_DIR
 from etude.tasks.taskset import load_taskset, training_tiers
 from etude.trainer import checkpoint, metrics, sft_cache
 from etude.trainer.publish import WeightPublisher
 from etude.trainer.report import Reporter
-from etude.trainer.sft import collect_demonstrations, sft_train
+from etude.trainer.sft import sft_train
 from etude.trainer.trainer import PolicyTrainer, StepStats
 from etude.trainer.types import Endpoints
 
@@ -76,7 +71,7 @@ class TrainingRun:
     async def setup(self, resume: bool = False) -> None:
         config, settings = self.config, self.settings
         self.policy_source = resolve_init(config.policy.init, settings.stack.models_dir)
-        self.tokenizer = policy_tokenizer(config, settings.stack.models_dir)
+        self.tokenizer = policy_tokenizer(config.policy.init, settings.stack.models_dir)
         self.train_tasks, self.eval_tasks = load_taskset(config.tasks)
         self.demonstrated_tasks, self.rl_tasks = self.train_tasks, self.train_tasks
         if config.sft.split_projects:
@@ -107,19 +102,13 @@ class TrainingRun:
         for client in (environment, reward):
             enter(client.close)
         enter(self.publisher.close)
-        self.runner = EpisodeRunner(
-            environment, reward, self.tokenizer, config.rollout,
-            RepositoryCache(settings.stack.run_dir / "tasks", PROJECTS_DIR),
-        )  # fmt: skip
-        r = config.rollout
-        self.orchestrator = Orchestrator(
-            run_id=self.run_id,
-            rollouts=rollout_queue(self.redis, self.run_id, "orchestrator", settings.queue),
-            trajectories=trajectory_queue(self.redis, self.run_id, "trainer", settings.queue),
-            tasks=TaskCycle(self.rl_tasks, config.tasks.seed),
-            group_size=r.group_size, groups_per_step=r.groups_per_step,
-            over_provision=r.over_provision, max_staleness=r.max_staleness,
-            hint_tier=config.tasks.hint_tier,
+        # Evaluation and SFT demonstrations run here, through the agent loop.
+        self.episodes = InProcessEpisodes(
+            environment, reward, self.tokenizer, config.rollout, settings.stack.run_dir / "tasks"
+        )
+        self.orchestrator = Orchestrator.for_run(
+            self.redis, self.run_id, TaskCycle(self.rl_tasks, config.tasks.seed),
+            config.rollout, settings.queue, hint_tier=config.tasks.hint_tier,
         )  # fmt: skip
         await self.orchestrator.start()
         self.curriculum = Curriculum(config.tasks.curriculum, config.tasks.hint_tier)
@@ -212,10 +201,9 @@ class TrainingRun:
         tasks = self.demonstrated_tasks[: sft.demonstrations or len(self.demonstrated_tasks)]
         tiers = sft.hint_tiers or training_tiers(self.config.tasks)
         on_progress(f"writing {len(tasks)} × {len(tiers)} tiers × {sft.variants} demonstrations")
-        demos = await collect_demonstrations(
-            tasks, self.runner, self.tokenizer, tiers=tiers, variants=sft.variants,
-            run_id=f"{self.run_id}-sft",
-        )  # fmt: skip
+        demos = await self.episodes.demonstrations(
+            tasks, tiers=tiers, variants=sft.variants, run_id=f"{self.run_id}-sft"
+        )
         on_progress(f"SFT on {len(demos)} demonstrations")
 
         def log_step(step) -> None:
@@ -238,10 +226,9 @@ class TrainingRun:
         for tier in tasks.eval_tiers or (tasks.hint_tier,):
             if not self.eval_tasks:
                 break
-            result = await pass_at_1(
-                self.eval_tasks, self.runner, self.inference[0], self.tokenizer,
-                label=f"{self.run_id}-{label}-t{tier}", tier=tier, samples=tasks.eval_samples,
-                temperature=tasks.eval_temperature,
+            result = await self.episodes.evaluate(
+                self.eval_tasks, self.inference[0], label=f"{self.run_id}-{label}-t{tier}",
+                tier=tier, samples=tasks.eval_samples, temperature=tasks.eval_temperature,
             )  # fmt: skip
             values = {"pass_at_1": result.pass_at_1, "mean_reward": result.mean_reward,
                       "ci_low": result.ci_low, "ci_high": result.ci_high,

@@ -17,9 +17,10 @@ from etude.common.run_config import RunConfig
 from etude.tasks.task import Task
 
 _SERVICES = Path(__file__).resolve().parents[1]
-# The code whose change makes a cached policy stale.
+# The code whose change makes a cached policy stale: the scripted solvers, the agent loop and
+# its prompt, the collection of demonstrations (rollout/demonstrations.py, what it returns in
+# rollout/types.py), the hints, and the SFT training.
 _SOURCES = (
-    "rollout/scripted",
     "rollout/scripted.py",
     "rollout/scripted_honesty.py",
     "rollout/scripted_locate.py",
@@ -30,6 +31,8 @@ _SOURCES = (
     "rollout/samplers.py",
     "rollout/prompt.py",
     "rollout/agent.py",
+    "rollout/demonstrations.py",
+    "rollout/types.py",
     "tasks/hints.py",
     "trainer/sft.py",
     "trainer/batch.py",

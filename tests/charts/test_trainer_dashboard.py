@@ -8,7 +8,7 @@ import json
 import prometheus_client
 
 from etude.common.payloads import Trajectory
-from etude.rollout.behaviour import FINISH_PREFIX, behaviour_summary
+from etude.rollout.types import FINISH_PREFIX, behaviour_summary
 from etude.trainer import metrics
 from tests.charts.chart import of_kind
 from tests.charts.test_wiring import _metric_names

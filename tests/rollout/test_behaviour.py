@@ -10,13 +10,9 @@ from etude.common.payloads import Trajectory
 from etude.common.toolcalls import ToolCall, parse_tool_calls, render_tool_calls, tools_by_name
 from etude.environment.tools import tool_specs
 from etude.environment.types import ExecutedCall, ToolOutput
-from etude.rollout.behaviour import (
-    EpisodeBehaviour,
-    behaviour_summary,
-    malformed_blocks,
-    workspace_path,
-)
+from etude.rollout.behaviour import EpisodeBehaviour, malformed_blocks, workspace_path
 from etude.rollout.trajectory import shaped_reward
+from etude.rollout.types import behaviour_summary
 from tests.rollout.test_agent import REQUEST, TASK, TOKENIZER, TextTurns, cache, runner  # noqa: F401
 from tests.tasks.conftest import bwrap  # noqa: F401
 

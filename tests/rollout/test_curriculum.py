@@ -9,8 +9,7 @@ import redis.asyncio as aioredis
 from etude.common.payloads import RolloutRequest
 from etude.common.run_config import CurriculumConfig
 from etude.common.settings import QueueSettings
-from etude.rollout.curriculum import Curriculum
-from etude.rollout.orchestrator import Orchestrator, TaskCycle
+from etude.rollout.client import Curriculum, Orchestrator, TaskCycle
 from etude.rollout.streams import rollout_queue, trajectory_queue
 from etude.tasks.materialize import TASKS_FILE
 from etude.tasks.task import read_jsonl

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from etude.common.run_config import TasksConfig
-from etude.rollout.orchestrator import TaskCycle
+from etude.rollout.client import TaskCycle
 from etude.tasks.draw import project_of
 from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import HELD_OUT_PROJECTS, TASKS_FILE

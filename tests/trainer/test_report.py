@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from etude.common.payloads import Trajectory
-from etude.rollout.behaviour import behaviour_summary
+from etude.rollout.types import behaviour_summary
 from etude.trainer.report import Reporter
 
 GAUGES = {

@@ -18,7 +18,7 @@ from etude.common.run_config import parse_run_config
 from etude.common.settings import QueueSettings
 from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained
-from etude.rollout.orchestrator import Orchestrator, TaskCycle
+from etude.rollout.client import Orchestrator, TaskCycle
 from etude.rollout.streams import rollout_queue, rollout_stream, trajectory_queue
 from etude.tasks.draw import project_of
 from etude.tasks.taskset import load_taskset

@@ -21,22 +21,17 @@ from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.rollout.agent import EpisodeRunner
+from etude.rollout.demonstrations import collect_demonstrations
 from etude.rollout.prompt import IM_END
 from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver
 from etude.rollout.scripted_honesty import derivable_violations, episode_from_text
+from etude.rollout.types import Demonstrations
 from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
 from etude.tasks.materialize import LOCATE_STUBBED_TASKS_FILE, materialize
 from etude.tasks.task import read_jsonl
 from etude.trainer.batch import collate
-from etude.trainer.sft import (
-    Demonstrations,
-    collect_demonstrations,
-    held_out_nll,
-    nll_loss,
-    sft_train,
-    split_by_task,
-)
+from etude.trainer.sft import held_out_nll, nll_loss, sft_train, split_by_task
 from tests.environment.conftest import make_manager
 from tests.rollout.demonstrations import SessionGrader, hinted_tasks, sample
 
