@@ -87,6 +87,11 @@ class EpisodeRunner:
         self._tools: dict[str, ToolSpec] = {}  # with the prompts, from the environment's tools
         self._full_prompt = self._short_prompt = ""
 
+    @property
+    def tools(self) -> dict[str, ToolSpec]:
+        """The specs of the environment's tools, by name; empty until the first episode."""
+        return self._tools
+
     async def _learn_tools(self) -> None:
         """The parser's specs and the system prompts, rendered once from the tools the
         environment reports, so the policy is told about exactly the tools that will run its

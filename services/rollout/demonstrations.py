@@ -90,7 +90,9 @@ async def collect_demonstrations(
             c.unsolved += 1
             return None
         if decode is not None:
-            problems = derivable_violations(episode_from_text(decode(trajectory.token_ids)))
+            problems = derivable_violations(
+                episode_from_text(decode(trajectory.token_ids)), runner.tools
+            )
             if problems:
                 log.warning("dishonest demonstration of %s: %s", task.id, problems[:3])
                 c.dishonest += 1

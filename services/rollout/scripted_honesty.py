@@ -14,8 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from etude.common.toolcalls import ToolCall, parse_tool_calls, tools_by_name
-from etude.environment.tools import tool_specs
+from etude.common.toolcalls import ToolCall, ToolSpec, parse_tool_calls
 from etude.environment.types import ExecutedCall
 from etude.rollout.prompt import IM_END, IM_START
 from etude.rollout.scripted_patch import ScriptError
@@ -33,7 +32,6 @@ _RESULT = re.compile(
     re.S,
 )
 _ESCAPED_CLOSE = re.compile(r"<\\(\\*)(?=/tool_result>)")
-_TOOLS = tools_by_name(tool_specs())
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +56,14 @@ class Episode:
     steps: tuple[Step, ...]
 
 
-def derivable_violations(episode: Episode) -> list[str]:
+def derivable_violations(episode: Episode, tools: dict[str, ToolSpec]) -> list[str]:
     """Every argument (and every name in the prose) not justified by what the agent had seen
-    when it wrote it, as `turn N: ...` lines; empty for an honest episode."""
+    when it wrote it, as `turn N: ...` lines; empty for an honest episode. `tools`: the
+    environment's tool specs by name (`EpisodeRunner.tools`), which the calls are parsed with."""
     sight = Sight(episode.instruction)
     problems: list[str] = []
     for number, step in enumerate(episode.steps, 1):
-        parsed = parse_tool_calls(step.turn, tools=_TOOLS)
+        parsed = parse_tool_calls(step.turn, tools=tools)
         problems += [f"turn {number}: malformed call: {e.message}" for e in parsed.errors]
         prose = sight.unjustified_prose(parsed.text)
         if prose:
@@ -107,7 +106,12 @@ def _results(body: str) -> list[ShownResult]:
     ]
 
 
-async def play(solver: ScriptedSolver, execute: Execute | None = None, max_turns: int = 8):
+async def play(
+    solver: ScriptedSolver,
+    tools: dict[str, ToolSpec],
+    execute: Execute | None = None,
+    max_turns: int = 8,
+):
     """Play `solver` to its submit as the agent loop would: parse each turn, run its calls as
     one batch with `execute` (an environment session), hand the results back. Without
     `execute` the solver's own in-process reading of the repository stands in for the
@@ -118,7 +122,7 @@ async def play(solver: ScriptedSolver, execute: Execute | None = None, max_turns
         if len(steps) == max_turns:
             raise ScriptError(f"{solver.task.id}: no submit within {max_turns} turns")
         turn = solver.next_turn(results)
-        parsed = parse_tool_calls(turn, tools=_TOOLS)
+        parsed = parse_tool_calls(turn, tools=tools)
         if parsed.errors:
             raise ScriptError(f"{solver.task.id}: malformed turn: {parsed.errors[0].message}")
         if execute is None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from etude.common.toolcalls import ToolCall, render_tool_calls
+from etude.common.toolcalls import ToolCall, render_tool_calls, tools_by_name
 from etude.environment.local import InProcessEnvironment
+from etude.environment.tools import tool_specs
 from etude.environment.types import ExecutedCall, ToolOutput
 from etude.rollout.scripted import ScriptedSolver, ScriptError
 from etude.rollout.scripted_honesty import (
@@ -35,6 +36,9 @@ from tests.rollout.demonstrations import (
     sample,
 )
 from tests.tasks.conftest import bwrap  # noqa: F401
+
+TOOLS = tools_by_name(tool_specs())
+"""The environment's tool specs, which the honesty check parses calls with."""
 
 MAX_DROPPED_SHARE = 0.02
 """Demonstrations a tier may lose for want of an honest way to the fix."""
@@ -62,7 +66,7 @@ def edited(solver: ScriptedSolver, episode: Episode) -> dict[str, str]:
 
 def offline(task: Task, tier: int, variant: int) -> tuple[ScriptedSolver, Episode]:
     solver = ScriptedSolver(task, tier=tier, variant=variant)
-    return solver, asyncio.run(play(solver))
+    return solver, asyncio.run(play(solver, TOOLS))
 
 
 def tier_tasks(tier: int) -> list[Task]:
@@ -84,7 +88,7 @@ def test_every_training_task_gets_an_honest_fix_at_the_tier(tier):
                 dropped.append(f"{task.id} v{variant}: {error}")
                 continue
             played += 1
-            assert derivable_violations(episode) == [], (task.id, variant)
+            assert derivable_violations(episode, TOOLS) == [], (task.id, variant)
             for path, text in edited(solver, episode).items():
                 assert text == fixed_text(task, path), (task.id, variant, path)
             assert calls_of(episode)[-1][-1].name == "submit"
@@ -119,10 +123,10 @@ async def test_real_sessions_show_what_the_solver_expected_and_the_fix_lands(tmp
                             unexpected.append((call.name, call.arguments))
                     return results
 
-                episode = await play(solver, execute)
+                episode = await play(solver, TOOLS, execute)
                 diff = (await environment.diff(session)).unified_diff
                 await environment.close_session(session)
-                assert derivable_violations(episode) == [], (task.id, tier)
+                assert derivable_violations(episode, TOOLS) == [], (task.id, tier)
                 assert unexpected == [], (task.id, tier)
                 assert parse_patch(diff) == parse_patch(task.gold_patch), (task.id, tier)
     finally:
@@ -168,13 +172,13 @@ async def test_a_search_by_meaning_first_is_honest_on_the_real_index(
         repository = materialize(task, tmp_path / "tasks")
         solver = ScriptedSolver(task, repository, variant=variant)
         session = (await environment.create_session(task.id, str(repository))).session_id
-        episode = await play(solver, lambda calls, s=session: environment.execute(s, calls))
+        episode = await play(solver, TOOLS, lambda calls, s=session: environment.execute(s, calls))
         diff = (await environment.diff(session)).unified_diff
         await environment.close_session(session)
         first = episode.steps[0].results[0]
         assert (first.name, first.exit_code) == ("codebase_search", 0)
         assert first.output.count(" (") >= 1  # hits with their ranges and scores
-        assert derivable_violations(episode) == []
+        assert derivable_violations(episode, TOOLS) == []
         assert parse_patch(diff) == parse_patch(task.gold_patch)
 
 
@@ -197,7 +201,7 @@ def test_the_checker_catches_the_old_first_turn_and_other_invented_arguments():
         ToolCall("read_file", {"path": "calcparse/evaluator.py", "start_line": "157",
                                "end_line": "177"}),
     )  # fmt: skip
-    problems = derivable_violations(Episode(TASK.instruction, (Step(old_first, ()),)))
+    problems = derivable_violations(Episode(TASK.instruction, (Step(old_first, ()),)), TOOLS)
     assert problems == [
         "turn 1: prose names `call`, not shown",
         "turn 1: grep: pattern words not shown: call",
@@ -221,7 +225,7 @@ def test_the_checker_catches_the_old_first_turn_and_other_invented_arguments():
         Step(turn("Near the hit.", near), ()),
         Step(turn("Editing what I never read.", edit), ()),
     )
-    problems = derivable_violations(Episode(TASK.instruction, steps))
+    problems = derivable_violations(Episode(TASK.instruction, steps), TOOLS)
     assert problems == [
         "turn 2: read_file: no line of calcparse/evaluator.py in 10-20 was shown",
         "turn 4: edit_file: old_string was not shown in a listing of calcparse/evaluator.py",
@@ -232,9 +236,9 @@ def test_the_checker_accepts_a_blind_edit_only_from_source_the_instruction_shows
     hinted = next(t for t in hinted_tasks() if t.id == TASK.id)
     _, episode = offline(hinted, 3, 0)
     assert [c.name for turn in calls_of(episode) for c in turn] == ["edit_file", "submit"]
-    assert derivable_violations(episode) == []
+    assert derivable_violations(episode, TOOLS) == []
     # The same turns under the bare statement name and quote code the agent never saw.
-    assert derivable_violations(Episode(hinted.instruction, episode.steps)) == [
+    assert derivable_violations(Episode(hinted.instruction, episode.steps), TOOLS) == [
         "turn 1: prose names `_Evaluator.call`, not shown",
         "turn 1: edit_file: calcparse/evaluator.py was not shown",
         "turn 2: prose names `_Evaluator.call`, not shown",
@@ -242,7 +246,7 @@ def test_the_checker_accepts_a_blind_edit_only_from_source_the_instruction_shows
     # Shown the file but not those lines, the quote is still unseen.
     listing = "   200\t    def other(self) -> None:"
     shown = f"{hinted.instruction}\n\n`calcparse/evaluator.py`:\n{listing}"
-    assert derivable_violations(Episode(shown, episode.steps[:1]))[1:] == [
+    assert derivable_violations(Episode(shown, episode.steps[:1]), TOOLS)[1:] == [
         "turn 1: edit_file: old_string was not shown in a listing of calcparse/evaluator.py",
     ]
 
@@ -336,8 +340,8 @@ async def test_a_patch_of_two_hunks_is_two_unique_edits_after_a_batch_of_reads(t
     session = (await environment.create_session(task.id, task.repo)).session_id
     try:
         solver = ScriptedSolver(task, Path(task.repo))
-        episode = await play(solver, lambda calls: environment.execute(session, calls))
-        assert derivable_violations(episode) == []
+        episode = await play(solver, TOOLS, lambda calls: environment.execute(session, calls))
+        assert derivable_violations(episode, TOOLS) == []
         look, read, fix = calls_of(episode)[:3]
         # The statement names the file, not the functions: list what it defines first.
         assert look[0].arguments == {"pattern": "(def|class) ", "path": "pkg/counter.py",

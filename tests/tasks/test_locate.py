@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from etude.common.run_config import TasksConfig
+from etude.common.toolcalls import tools_by_name
+from etude.environment.tools import tool_specs
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.rollout.scripted_honesty import Episode, Step, derivable_violations
@@ -29,6 +31,9 @@ from etude.tasks.repo import unified_diff
 from etude.tasks.task import read_jsonl
 from etude.tasks.taskset import load_taskset
 
+TOOLS = tools_by_name(tool_specs())
+"""The environment's tool specs, which the honesty check parses calls with."""
+
 BUNDLED = list(read_jsonl(LOCATE_TASKS_FILE))
 WITH_STUBS = list(read_jsonl(LOCATE_STUBBED_TASKS_FILE))
 
@@ -44,7 +49,7 @@ def test_the_bundled_records_are_what_the_projects_give():
 def test_every_task_is_demonstrated_honestly_with_its_answer():
     for task in WITH_STUBS:
         turn = LocateSolver(task).next_turn(None)
-        assert derivable_violations(Episode(task.instruction, (Step(turn, ()),))) == []
+        assert derivable_violations(Episode(task.instruction, (Step(turn, ()),)), TOOLS) == []
         assert f"<parameter=new_string>\n{task.metadata['answer']}\n" in turn
 
 

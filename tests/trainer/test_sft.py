@@ -15,7 +15,9 @@ import torch
 
 from etude.common.payloads import RolloutRequest, Trajectory
 from etude.common.run_config import RolloutConfig, SftConfig
+from etude.common.toolcalls import tools_by_name
 from etude.environment.local import InProcessEnvironment
+from etude.environment.tools import tool_specs
 from etude.model.checkpoint import from_pretrained
 from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
@@ -34,6 +36,9 @@ from etude.trainer.batch import collate
 from etude.trainer.sft import held_out_nll, nll_loss, sft_train, split_by_task
 from tests.environment.conftest import make_manager
 from tests.rollout.demonstrations import SessionGrader, hinted_tasks, sample
+
+TOOLS = tools_by_name(tool_specs())
+"""The environment's tool specs, which the honesty check parses calls with."""
 
 TOKENIZER = load_tokenizer()
 TIERS = (0, 3)
@@ -97,7 +102,7 @@ def test_demonstrations_are_solved_honest_episodes_at_every_tier(tasks, demonstr
         assert (trajectory.finish_reason, trajectory.correctness) == ("submitted", 1.0)
         assert len(trajectory.token_ids) <= RolloutConfig().max_episode_tokens
         shown = episode_from_text(TOKENIZER.decode(trajectory.token_ids))
-        assert derivable_violations(shown) == []
+        assert derivable_violations(shown, TOOLS) == []
         hinted = "fails like this" in shown.instruction
         assert hinted == (entry.tier > 0)
     # Tier 3's baseline is the short episode: edit, then submit.
@@ -240,6 +245,6 @@ def test_locate_demonstrations_answer_from_the_listing_or_search_first(tmp_path)
         for trajectory in (answer, search):
             assert (trajectory.finish_reason, trajectory.correctness) == ("submitted", 1.0)
             shown = episode_from_text(TOKENIZER.decode(trajectory.token_ids))
-            assert derivable_violations(shown) == []
+            assert derivable_violations(shown, TOOLS) == []
         text = TOKENIZER.decode(search.token_ids)
         assert f"{task.metadata['answer']}:" in text.split("<function=grep>")[1]
