@@ -46,10 +46,11 @@ def cross_folder_imports(root: Path = ROOT) -> list[Import]:
     """Every import of an `etude` module of another top-level folder, in services/ and
     kernels/ (the generated stubs excluded)."""
     found = []
-    for base, package in (("services", "etude"), ("kernels", "etude.kernels")):
+    for base in ("services", "kernels"):
         for file in sorted((root / base).rglob("*.py")):
             relative = file.relative_to(root / base)
-            if relative.as_posix().startswith(_GENERATED) or len(relative.parts) < 2 and base == "services":
+            top_level = base == "services" and len(relative.parts) < 2  # services/__init__.py
+            if top_level or relative.as_posix().startswith(_GENERATED):
                 continue
             source = "kernels" if base == "kernels" else relative.parts[0]
             for line, module in sorted(set(_imported_modules(file, root / "services"))):
@@ -98,9 +99,7 @@ def read_rules(text: str | None = None) -> Rules:
     section = text.split("## Allowed imports", 1)[1].split("\n## ", 1)[0]
     edges: dict[str, set[str]] = {}
     surfaces: dict[str, set[str]] = {}
-    for folder, targets, public in re.findall(
-        r"^\| *`(\w+)` *\|([^|]*)\|([^|]*)\|", section, re.M
-    ):
+    for folder, targets, public in re.findall(r"^\| *`(\w+)` *\|([^|]*)\|([^|]*)\|", section, re.M):
         edges[folder] = set(re.findall(r"\w+", targets))
         if names := set(re.findall(r"\w+", public)):
             surfaces[folder] = names
