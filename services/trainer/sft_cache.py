@@ -19,7 +19,8 @@ from etude.tasks.task import Task
 _SERVICES = Path(__file__).resolve().parents[1]
 # The code whose change makes a cached policy stale: the scripted solvers, the agent loop and
 # its prompt, the collection of demonstrations (rollout/demonstrations.py, what it returns in
-# rollout/types.py), the hints, and the SFT training.
+# rollout/types.py), the hints, the tools whose descriptions and result text the episodes
+# show (environment/tools, common/tool_text.py, the XML codec), and the SFT training.
 _SOURCES = (
     "rollout/scripted.py",
     "rollout/scripted_honesty.py",
@@ -34,6 +35,9 @@ _SOURCES = (
     "rollout/demonstrations.py",
     "rollout/types.py",
     "tasks/hints.py",
+    "environment/tools",
+    "common/tool_text.py",
+    "common/toolcalls.py",
     "trainer/sft.py",
     "trainer/batch.py",
     "trainer/freezing.py",
