@@ -57,9 +57,10 @@ GUARD_RUN = {
     "trainer": {"steps": 6, "lr": 1e-4, "micro_batch": 8, "checkpoint_every": 100,
                 "loss": {"aux_loss_coef": 0.0}},
 }  # fmt: skip
-MARGIN = 0.10
-"""Midway between a loop that learns and one that does not, measured on 2 cores (see the
-closing figures in docs/training.md, "The learning guard")."""
+MARGIN = 0.08
+"""Between a loop that learns and one that does not, measured on 2 cores: the learning run
+gained 0.125 over its control, one with the loss mask inverted in the RL step 0.021
+(docs/training.md, "The learning guard")."""
 
 
 async def run_steps(stack, config_dict: dict, on_batch=None) -> tuple[TrainingRun, dict, list]:
@@ -133,7 +134,6 @@ async def test_rl_raises_the_training_reward_over_a_run_that_does_not_learn(stac
     control = await train(stack, tmp_path, checkpoint, taskset, lr=0.0)
     half = len(learning) // 2
     gained = _mean(learning[half:]) - _mean(control[half:])
-    print(f"learning {learning}, control {control}: gained {gained:.3f}")
     assert gained >= MARGIN, (
         f"RL gained {gained:.3f} reward over the control (learning {learning}, "
         f"control {control}); it must gain at least {MARGIN}"
