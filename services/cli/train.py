@@ -21,7 +21,7 @@ from etude.common.logging import configure_logging
 from etude.common.run_config import RunConfig, RunConfigError, load_run_config
 from etude.common.settings import EtudeSettings
 from etude.common.signals import StopRequested, stop_on_signals
-from etude.trainer.driver import Driver, recorded_config, serving_env
+from etude.trainer.driver import Driver, cluster_endpoints, recorded_config, serving_env
 from etude.trainer.types import Endpoints, Placement
 
 ConfigArgument = Annotated[Path | None, typer.Argument(help="Run config (YAML); unset: defaults.")]
@@ -81,17 +81,11 @@ def train(
     if not cluster:
         _on_local_stack(run, run_id, settings, ray=ray, resume=resume)
     # A cluster's: its deployed services, workers and (with --ray) Ray cluster.
-    services = settings.services
-    missing = [n for n in ("environment", "reward") if not getattr(services, n)]
-    if not inference_engines and not services.inference:
-        missing.append("inference")
-    if missing or (inference_engines and not ray):
-        problem = (f"set ETUDE_SERVICES__{missing[0].upper()}" if missing
-                   else "--inference-engines needs --ray")  # fmt: skip
-        console.print(f"[red]--cluster: {problem}.[/]")
-        raise typer.Exit(2)
-    inference = (services.inference,) if services.inference else ()
-    endpoints = Endpoints(settings.redis.url, inference, services.environment, services.reward)
+    try:
+        endpoints = cluster_endpoints(settings, inference_engines, ray=ray)
+    except ValueError as error:
+        console.print(f"[red]--cluster: {error}.[/]")
+        raise typer.Exit(2) from None
     placement = Placement(inference_engines, engine_port, engine_gpus, trainer_gpus)
     driver = Driver(run, run_id, settings, endpoints, TerminalView(), ray=ray, placement=placement)
     _until_done(lambda: driver, resume=resume)

@@ -79,6 +79,21 @@ def recorded_config(run_id: str, redis_url: str) -> RunConfig | None:
     return asyncio.run(read())
 
 
+def cluster_endpoints(settings: EtudeSettings, engines: int, *, ray: bool) -> Endpoints:
+    """A cluster's deployed services (ETUDE_SERVICES__*); inference may instead be `engines`
+    Ray actors the driver starts. ValueError says what is missing."""
+    services = settings.services
+    missing = [n for n in ("environment", "reward") if not getattr(services, n)]
+    if not engines and not services.inference:
+        missing.append("inference")
+    if missing:
+        raise ValueError(f"set ETUDE_SERVICES__{missing[0].upper()}")
+    if engines and not ray:
+        raise ValueError("--inference-engines needs --ray")
+    inference = (services.inference,) if services.inference else ()
+    return Endpoints(settings.redis.url, inference, services.environment, services.reward)
+
+
 def serving_env(run: RunConfig, models_dir: Path) -> dict[str, str]:
     """The settings under which a local inference service serves the run's policy: its
     architecture (a pretrained model imported first if need be), backend and seed, so the
