@@ -124,8 +124,8 @@ def _on_local_stack(
         else:
             with console.status("Starting the local stack…"):
                 state = stack.start()
-        at = {c.name: c.address for c in state.components}
-        endpoints = Endpoints(state.redis_url, (at["inference"],), at["environment"], at["reward"])
+        addresses = {c.name: c.address for c in state.components}
+        endpoints = Endpoints.of_stack(state.redis_url, addresses)
         return Driver(run, run_id, settings, endpoints, TerminalView(), ray=ray, stack=stack)
 
     _until_done(start, stack, **phases)

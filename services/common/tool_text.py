@@ -23,6 +23,18 @@ NUMBERED_LINE = re.compile(r"^ *([0-9]+)\t(.*)$")
 """A `numbered_line` read back: its number is group 1, its text group 2."""
 
 
+def cut_to(output: str, cap: int) -> str:
+    """A result's output as the agent loop shows the policy: at most `cap` characters, the cut
+    marked with how much was left out."""
+    if len(output) <= cap:
+        return output
+    return output[:cap] + f"\n[… {len(output) - cap} more characters cut]"
+
+
+CUT_MARK = re.compile(r"\n\[… [0-9]+ more characters cut\]$")
+"""The mark `cut_to` ends a cut output with."""
+
+
 def printable(text: str) -> str:
     """Make text decoded with `surrogateescape` (odd file names, invalid UTF-8) safe to send."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

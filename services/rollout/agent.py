@@ -22,6 +22,7 @@ from typing import Protocol
 
 from etude.common.payloads import RolloutRequest, Trajectory
 from etude.common.run_config import RolloutConfig
+from etude.common.tool_text import cut_to
 from etude.common.toolcalls import (
     ToolSpec,
     parse_tool_calls,
@@ -175,8 +176,7 @@ class EpisodeRunner:
 def _shown(executed: ExecutedCall, cap: int) -> str:
     """A result as the policy reads it, its output cut to `cap` characters."""
     result = executed.result
-    text, cut = result.output[:cap], len(result.output) - cap
-    if cut > 0:
-        text += f"\n[… {cut} more characters cut]"
-    truncated = result.truncated or cut > 0
-    return render_tool_result(executed.call_id, executed.name, text, result.exit_code, truncated)
+    truncated = result.truncated or len(result.output) > cap
+    return render_tool_result(
+        executed.call_id, executed.name, cut_to(result.output, cap), result.exit_code, truncated
+    )

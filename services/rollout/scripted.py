@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from etude.common.tool_text import EDIT_CONTEXT_LINES, edited, numbered_line
+from etude.common.tool_text import EDIT_CONTEXT_LINES, cut_to, edited, numbered_line
 from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.types import ExecutedCall, ToolOutput
 from etude.rollout.scripted_patch import (
@@ -50,7 +50,6 @@ from etude.rollout.scripted_search import (
     merged,
     plan_search,
     semantic_query,
-    shown,
 )
 from etude.rollout.scripted_sight import Sight, words_of
 from etude.rollout.scripted_styles import Style, style_for
@@ -173,7 +172,7 @@ class ScriptedSolver:
             # A search index that is absent or failed says to use grep: the script does.
             if result.exit_code != 0 and call.name != "codebase_search":
                 raise ScriptError(f"{call.id} {call.name} failed: {result.output[:300]}")
-            self.sight.see(call, shown(result.output, self.shown_chars), result.exit_code)
+            self.sight.see(call, cut_to(result.output, self.shown_chars), result.exit_code)
             if call.name == "edit_file":
                 self._applied += 1
             elif call.name == "run_terminal_command":
@@ -343,7 +342,7 @@ class ScriptedSolver:
         )  # fmt: skip
         if self.sight.unjustified(call):
             return None
-        output = shown(self._probe.grep(call.arguments), self.shown_chars)
+        output = cut_to(self._probe.grep(call.arguments), self.shown_chars)
         return Search(call, output, None, False, len(output))
 
     def _smoke(self) -> ToolCall | None:

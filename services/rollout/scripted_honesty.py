@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from etude.common.tool_text import cut_to
 from etude.common.toolcalls import ToolCall, ToolSpec, parse_tool_calls
 from etude.environment.types import ExecutedCall
 from etude.rollout.prompt import IM_END, IM_START
 from etude.rollout.scripted_patch import ScriptError
-from etude.rollout.scripted_search import shown
 from etude.rollout.scripted_sight import Sight
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ async def play(
             results = await execute(parsed.calls)
         cap = solver.shown_chars
         steps.append(Step(turn, tuple(
-            ShownResult(r.call_id, r.name, r.result.exit_code, shown(r.result.output, cap))
+            ShownResult(r.call_id, r.name, r.result.exit_code, cut_to(r.result.output, cap))
             for r in results
         )))  # fmt: skip
     return Episode(solver.instruction, tuple(steps))

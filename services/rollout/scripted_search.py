@@ -21,6 +21,7 @@ from etude.common.tool_text import (
     GREP_LONG_LINE,
     GREP_MAX_COLUMNS,
     GREP_MAX_RESULTS,
+    cut_to,
     grep_hit,
     grep_more,
     grep_no_matches,
@@ -58,13 +59,6 @@ _NOISE = frozenset({
     "assertion", "assertionerror", "error", "raise", "raised", "raises", "true", "false",
     "none",
 })  # fmt: skip
-
-
-def shown(output: str, cap: int) -> str:
-    """A result as the agent loop shows it: cut to `cap` characters, the cut marked."""
-    if len(output) <= cap:
-        return output
-    return output[:cap] + f"\n[… {len(output) - cap} more characters cut]"
 
 
 def line_text(line: str) -> str:
@@ -314,7 +308,7 @@ def _searches(
         if key in found or call.arguments["pattern"] in avoid or sight.unjustified(call):
             continue
         try:
-            output = shown(probe.grep(call.arguments), cap)
+            output = cut_to(probe.grep(call.arguments), cap)
         except re.error:
             continue
         anchor, in_scope, read_chars = None, False, 0

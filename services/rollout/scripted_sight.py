@@ -30,7 +30,13 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from etude.common.tool_text import GREP_HIT, NUMBERED_LINE, READ_FILE_MAX_LINES, READ_ON
+from etude.common.tool_text import (
+    CUT_MARK,
+    GREP_HIT,
+    NUMBERED_LINE,
+    READ_FILE_MAX_LINES,
+    READ_ON,
+)
 from etude.common.toolcalls import ToolCall
 
 WORKSPACE = "/workspace"
@@ -46,7 +52,6 @@ _FRAME = re.compile(r'File "([^"\n]+)", line ([0-9]+)|([\w./\-]+\.\w+):([0-9]+)'
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
 _LINE_MENTION = re.compile(r"\blines? ([0-9]+)")
 _REGEX_ESCAPE = re.compile(r"\\[A-Za-z]")
-_CUT_MARK = re.compile(r"\n\[… [0-9]+ more characters cut\]$")
 
 # Words any Python programmer writes without having read them in this repository.
 LANGUAGE_WORDS = frozenset(
@@ -166,7 +171,7 @@ class Sight:
 
     def _take_listing(self, path: str, output: str, source: str) -> None:
         # A result cut by the agent loop ends inside a line: that line was not shown whole.
-        cut = _CUT_MARK.search(output)
+        cut = CUT_MARK.search(output)
         text = output[: cut.start()] if cut else output
         rows = text.split("\n")
         if cut:

@@ -16,6 +16,12 @@ class Endpoints:
     environment: str
     reward: str
 
+    @classmethod
+    def of_stack(cls, redis_url: str, addresses: dict[str, str]) -> Endpoints:
+        """A local stack's: its one inference service and the others, by component name."""
+        return cls(redis_url, (addresses["inference"],), addresses["environment"],
+                   addresses["reward"])  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Placement:

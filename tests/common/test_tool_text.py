@@ -5,11 +5,13 @@ results: tests/environment/test_tools.py)."""
 from __future__ import annotations
 
 from etude.common.tool_text import (
+    CUT_MARK,
     GREP_HIT,
     GREP_LONG_LINE,
     GREP_MAX_RESULTS,
     NUMBERED_LINE,
     READ_ON,
+    cut_to,
     edited,
     grep_hit,
     grep_more,
@@ -63,3 +65,9 @@ def test_printable_replaces_undecodable_bytes():
     name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")
     assert printable(name) == "caf\ufffd.txt"
     assert printable("plain") == "plain"
+
+
+def test_a_cut_output_says_how_much_was_left_out_and_reads_back():
+    assert cut_to("abcdef", 6) == "abcdef"
+    assert cut_to("abcdef", 4) == "abcd\n[… 2 more characters cut]"
+    assert CUT_MARK.search(cut_to("abcdef", 4)) and not CUT_MARK.search(cut_to("abc", 4))

@@ -31,9 +31,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 def endpoints(stack: LocalStack) -> Endpoints:
     status = read_status(stack.run_dir)
-    address = {c.name: c.address for c in status.components}
-    return Endpoints(status.redis_url, (address["inference"],), address["environment"],
-                     address["reward"])  # fmt: skip
+    return Endpoints.of_stack(status.redis_url, {c.name: c.address for c in status.components})
 
 
 def worker_spec(name: str, run_id: str, **env: str) -> ServiceSpec:
