@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import torch
 
 from etude.inference.backend import InferenceBackend
 from etude.inference.config import InferenceConfig
@@ -25,8 +28,13 @@ def preset_checkpoint(config: InferenceConfig, directory: Path) -> Path:
     return target
 
 
+def cpu_threads(config: InferenceConfig) -> int:
+    return config.cpu_threads or max(1, len(os.sched_getaffinity(0)) - 1)
+
+
 async def start_backend(config: InferenceConfig, run_dir: Path) -> InferenceBackend:
     if config.backend == "torch":
+        torch.set_num_threads(cpu_threads(config))
         engine = EngineConfig(
             max_num_seqs=config.max_num_seqs,
             max_model_len=config.max_model_len,

@@ -22,12 +22,42 @@ from etude.inference.types import (
     EngineStats,
     GenerationRequest,
     InferenceError,
+    coalesce,
 )
 from etude.model.checkpoint import from_pretrained
 from etude.model.model import Transformer
 from etude.model.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
+
+
+class _Inbox:
+    """Deltas from the engine thread to one request's caller. The engine thread wakes the
+    caller's event loop only when the inbox was empty, and the caller takes everything that
+    arrived at once: a wake-up per token and sequence (1,600 for 16 completions of 100
+    tokens) cost more than the decoding itself on 2 cores."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: list[CompletionDelta | BaseException] = []
+        self._lock = threading.Lock()
+        self._ready = asyncio.Event()
+
+    def put(self, item: CompletionDelta | BaseException) -> None:  # engine thread
+        with self._lock:
+            self._items.append(item)
+            first = len(self._items) == 1
+        if first:
+            self._loop.call_soon_threadsafe(self._ready.set)
+
+    async def take_all(self) -> list[CompletionDelta | BaseException]:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()  # a wake-up scheduled before this take may still set it
+            with self._lock:
+                items, self._items = self._items, []
+            if items:
+                return items
 
 
 class TorchBackend:
@@ -87,12 +117,8 @@ class TorchBackend:
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
         self._raise_if_dead()
-        loop = asyncio.get_running_loop()
-        deltas: asyncio.Queue[CompletionDelta | BaseException] = asyncio.Queue()
-
-        def sink(delta: CompletionDelta | BaseException) -> None:  # engine thread
-            loop.call_soon_threadsafe(deltas.put_nowait, delta)
-
+        inbox = _Inbox(asyncio.get_running_loop())
+        sink = inbox.put
         request_id = request.request_id
         # The engine keys its state by request id: a second request under a live id would
         # take over the first one's entry and leak its cache slots.
@@ -106,13 +132,15 @@ class TorchBackend:
             remaining = request.sampling.n
             self._wake.set()
             while remaining:
-                delta = await deltas.get()
-                if isinstance(delta, BaseException):
+                arrived = await inbox.take_all()
+                failure = next((d for d in arrived if isinstance(d, BaseException)), None)
+                if failure is not None:
                     remaining = 0  # the engine has already ended the request
-                    raise EngineFault(f"the engine failed this request: {delta!r}") from delta
-                if delta.finish_reason is not None:
-                    remaining -= 1
-                yield delta
+                    raise EngineFault(f"the engine failed this request: {failure!r}") from failure
+                for delta in coalesce(arrived):
+                    if delta.finish_reason is not None:
+                        remaining -= 1
+                    yield delta
         finally:
             with self._failures_lock:
                 self._failures.pop(request_id, None)

@@ -8,6 +8,7 @@ sees gRPC; other services import these and `etude.inference.client`, nothing els
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,6 +68,25 @@ class CompletionDelta:
     text: str = ""
     finish_reason: FinishReason | None = None
     """Set on the completion's last delta only."""
+
+
+def coalesce(deltas: Iterable[CompletionDelta]) -> list[CompletionDelta]:
+    """Consecutive deltas of each completion joined into one (in order of first appearance),
+    so a caller that fell behind the engine gets one message per completion, not one per
+    token."""
+    joined: dict[int, CompletionDelta] = {}
+    out: list[CompletionDelta] = []
+    for delta in deltas:
+        last = joined.get(delta.index)
+        if last is None or last.finish_reason is not None:
+            last = joined[delta.index] = CompletionDelta(index=delta.index)
+            out.append(last)
+        last.token_ids += delta.token_ids
+        last.logprobs += delta.logprobs
+        last.policy_versions += delta.policy_versions
+        last.text += delta.text
+        last.finish_reason = delta.finish_reason
+    return out
 
 
 @dataclass(frozen=True, slots=True)

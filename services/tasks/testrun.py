@@ -107,9 +107,9 @@ def run_pytest(
     report_read, report_write = _high_pipe()
     spec = {"workspace": workspace, "key_fd": key_read, "report_fd": report_write, "args": args}
     python = [
-        # -B and a cache prefix that cannot exist: no bytecode is written, and none planted
-        # in the tree's `__pycache__` is ever read instead of the source.
-        sys.executable, "-I", "-B", "-X", "pycache_prefix=/dev/null/pycache",
+        # -B: no bytecode is written. The program points the bytecode cache at nowhere
+        # before the tree's first import, so none planted there is read instead of source.
+        sys.executable, "-I", "-B",
         "-c", PLUGIN_SOURCE.read_text(), json.dumps(spec),
     ]  # fmt: skip
     if bwrap is not None:

@@ -208,3 +208,33 @@ async def test_an_mxfp8_policy_samples_with_the_trainers_mxfp8_numerics(model, t
         expected = _forward_logprobs(model, prompt, completion["tokens"])
         assert torch.allclose(torch.tensor(completion["logprobs"]), expected, atol=TOLERANCE,
                               rtol=0)  # fmt: skip
+
+
+async def test_a_caller_that_falls_behind_gets_the_same_completions_in_fewer_messages(
+    backend, tokenizer
+):
+    """The engine does not wait for its callers: what arrived meanwhile comes as one delta
+    per completion, and nothing is lost, reordered or repeated."""
+    params = SamplingParams(temperature=1.0, max_tokens=24, seed=5, n=2, ignore_eos=True)
+    prompt = _prompt(tokenizer, PROMPTS[1])
+
+    def request(request_id: str) -> GenerationRequest:
+        return GenerationRequest(request_id=request_id, prompt_token_ids=prompt, sampling=params)
+
+    fast = await run_request(backend, request("fast"))
+    slow: dict[int, dict] = {}
+    messages = 0
+    async for delta in backend.generate(request("slow")):
+        messages += 1
+        c = slow.setdefault(delta.index, {"tokens": [], "logprobs": [], "text": "", "ends": 0})
+        c["tokens"] += delta.token_ids
+        c["logprobs"] += delta.logprobs
+        c["text"] += delta.text
+        c["ends"] += delta.finish_reason is not None
+        await asyncio.sleep(0.05)  # a slow network or client
+    for index in (0, 1):
+        assert slow[index]["tokens"] == fast[index]["tokens"]
+        assert slow[index]["logprobs"] == fast[index]["logprobs"]
+        assert slow[index]["text"] == fast[index]["text"]
+        assert slow[index]["ends"] == 1
+    assert messages < 2 * 24

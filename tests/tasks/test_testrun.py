@@ -3,7 +3,9 @@ test; results come only over the sealed channel; the cgroup is gone afterwards."
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import py_compile
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,24 @@ def test_a_run_that_exits_before_reporting_is_incomplete(tmp_path, bwrap):
     (tree / "mathbits" / "__init__.py").write_text("import os\nos._exit(0)\n")
     run = run_pytest(tree, COMMAND, bwrap=bwrap, config=SandboxConfig(), timeout_s=60)
     assert run.exit_code == 0 and not run.complete and run.outcomes == {}
+
+
+@pytest.mark.integration
+def test_bytecode_planted_in_the_tree_is_never_run(tmp_path, bwrap):
+    """An unchecked-hash .pyc is loaded without looking at its source: planted beside a
+    broken module, a correct one's bytecode would make the suite pass. The runner reads
+    its own bytecode caches, the tree's modules compile from source."""
+    tree = write_tiny_project(tmp_path / "tree")
+    module = tree / "mathbits" / "core.py"
+    planted = importlib.util.cache_from_source(str(module))
+    py_compile.compile(
+        str(module), cfile=planted, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
+    module.write_text(SOURCE.replace("    return value\n", "    return low\n", 1))
+    run = run_pytest(
+        tree, COMMAND, bwrap=bwrap, config=SandboxConfig(), timeout_s=60,
+        test_paths=("tests/test_core.py",),
+    )  # fmt: skip
+    assert run.complete and run.problem == ""
+    assert run.outcomes["tests/test_core.py::test_clamp_inside"] == "failed"
+    assert Path(planted).exists()  # it was there to be read
