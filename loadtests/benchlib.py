@@ -65,20 +65,26 @@ def print_metrics(title: str, metrics: dict) -> None:
     Console().print(table)
 
 
-def start_service(module: str, workdir: Path, **env: str) -> tuple[object, str]:
-    """`python -m <module>` on free loopback ports with `env` added (ETUDE_* settings);
-    returns the process and its gRPC address once its health check says SERVING."""
+def ensure_credentials(workdir: Path) -> None:
+    """Services require credentials: unless ETUDE_AUTH__TOKENS_DIR names a set, one for this
+    benchmark under `workdir`, held by its services and its clients alike."""
     from etude.common.auth import write_tokens
-    from etude.common.grpc_client import health_status
-    from etude.common.net import free_port
-    from etude.common.processes import spawn
     from etude.common.settings import get_settings
 
     if "ETUDE_AUTH__TOKENS_DIR" not in os.environ:
-        # Services require credentials: one set for this benchmark, held by its clients too.
         write_tokens(workdir / "auth")
         os.environ["ETUDE_AUTH__TOKENS_DIR"] = str(workdir / "auth")
         get_settings.cache_clear()
+
+
+def start_service(module: str, workdir: Path, **env: str) -> tuple[object, str]:
+    """`python -m <module>` on free loopback ports with `env` added (ETUDE_* settings);
+    returns the process and its gRPC address once its health check says SERVING."""
+    from etude.common.grpc_client import health_status
+    from etude.common.net import free_port
+    from etude.common.processes import spawn
+
+    ensure_credentials(workdir)
     port = free_port()
     variables = {
         **os.environ,
