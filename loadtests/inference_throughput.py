@@ -104,8 +104,17 @@ async def engine_tokens_per_s(backend: TorchBackend, plan: Plan, clients: int, t
                 prompt_token_ids=tuple(prompt),
                 sampling=params,
             )
+            tokens, reason = 0, None
             async for delta in backend.generate(request):
-                count += len(delta.token_ids)
+                tokens += len(delta.token_ids)
+                reason = delta.finish_reason or reason
+            # Timing a cut-short or failed completion would report a rate nothing achieved.
+            if reason != "length" or tokens != plan.max_tokens:
+                raise RuntimeError(
+                    f"{request.request_id} ended {reason!r} after {tokens} of "
+                    f"{plan.max_tokens} tokens"
+                )
+            count += tokens
         return count
 
     started = time.perf_counter()
@@ -128,8 +137,10 @@ async def update_weights_seconds(name: str, repeats: int, vocab_size: int, token
     try:
         for version in range(1, repeats + 1):
             started = time.perf_counter()
-            await client.update_weights(version, tensors)
+            update = await client.update_weights(version, tensors)
             seconds.append(time.perf_counter() - started)
+            if update.version != version or update.tensors_updated == 0:
+                raise RuntimeError(f"UpdateWeights to version {version} answered {update}")
     finally:
         await client.close()
         await runtime.shutdown()

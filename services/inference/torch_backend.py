@@ -118,17 +118,16 @@ class TorchBackend:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
         self._raise_if_dead()
         inbox = _Inbox(asyncio.get_running_loop())
-        sink = inbox.put
         request_id = request.request_id
         # The engine keys its state by request id: a second request under a live id would
         # take over the first one's entry and leak its cache slots.
         with self._failures_lock:
             if request_id in self._failures:
                 raise InferenceError(f"request id {request_id!r} is already in flight")
-            self._failures[request_id] = sink
+            self._failures[request_id] = inbox.put
         remaining = 0
         try:
-            self.engine.add_request(request, sink)
+            self.engine.add_request(request, inbox.put)
             remaining = request.sampling.n
             self._wake.set()
             while remaining:
