@@ -15,6 +15,7 @@ started in-process or as subprocesses check against them and clients present the
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
@@ -27,6 +28,7 @@ import torch
 
 from etude.common.auth import write_tokens
 from etude.common.redis_server import RedisServer
+from etude.sandbox.bwrap import SandboxUnavailableError
 
 _TOKENS_DIR = tempfile.mkdtemp(prefix="etude-test-tokens-")
 atexit.register(shutil.rmtree, _TOKENS_DIR, ignore_errors=True)
@@ -37,6 +39,16 @@ os.environ.pop("ETUDE_AUTH__REQUIRED", None)
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@contextlib.contextmanager
+def skip_without_sandboxes() -> Iterator[None]:
+    """Skips the test where its body finds that this host cannot run bubblewrap sandboxes
+    (no bwrap, or no user namespaces for it)."""
+    try:
+        yield
+    except SandboxUnavailableError as error:
+        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
 
 
 @pytest.fixture(scope="session")

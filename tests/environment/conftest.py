@@ -14,8 +14,8 @@ from etude.environment.client import GrpcEnvironment
 from etude.environment.config import EnvironmentConfig
 from etude.environment.server import registration
 from etude.environment.sessions import SessionManager
-from etude.sandbox.bwrap import SandboxUnavailableError
 from etude.sandbox.config import SandboxConfig
+from tests.conftest import skip_without_sandboxes
 from tests.sandbox.conftest import repo, small_sandbox
 
 __all__ = ["make_config", "make_manager", "repo", "serving"]  # `repo`: the sandbox tests' fixture
@@ -42,10 +42,8 @@ def make_manager(tmp_path: Path, *, search=None, observer=None, **overrides) -> 
 
 @pytest.fixture
 async def manager(tmp_path: Path):
-    try:
+    with skip_without_sandboxes():
         manager = make_manager(tmp_path)
-    except SandboxUnavailableError as error:
-        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
     yield manager
     await manager.close_all()
 

@@ -23,8 +23,9 @@ from etude.environment.tools.base import (
     ToolOutput,
 )
 from etude.environment.tools.paths import resolve
-from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
+from etude.sandbox.bwrap import find_bwrap
 from etude.sandbox.output import cap_output
+from tests.conftest import skip_without_sandboxes
 
 HAS_RIPGREP = shutil.which("rg") is not None
 
@@ -105,10 +106,8 @@ def sandboxed(ctx: ToolContext, workspace: Path, monkeypatch: pytest.MonkeyPatch
     (ripgrep runs only inside a sandbox). Yields the list of ripgrep runs, to show it ran."""
     if not HAS_RIPGREP:
         pytest.skip("ripgrep is not installed")
-    try:
+    with skip_without_sandboxes():
         bwrap = find_bwrap(None)
-    except SandboxUnavailableError as error:
-        pytest.skip(f"no bwrap: {error}")
     read_info, write_info = os.pipe()
     system = [a for d in ("/usr", "/bin", "/lib", "/lib64") for a in ("--ro-bind-try", d, d)]
     process = subprocess.Popen(

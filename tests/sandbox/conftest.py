@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from etude.sandbox.bwrap import SandboxUnavailableError, check_bwrap_works, configured_bwrap
+from etude.sandbox.bwrap import check_bwrap_works, configured_bwrap
 from etude.sandbox.config import SandboxConfig
 from etude.sandbox.limits import CgroupSupport
 from etude.sandbox.sandbox import Sandbox
 from etude.sandbox.types import Layout
+from tests.conftest import skip_without_sandboxes
 
 MIB = 1024 * 1024
 
@@ -47,12 +48,10 @@ def sandbox_config() -> SandboxConfig:
 @pytest.fixture
 async def open_sandbox(tmp_path: Path, repo: Path, sandbox_config: SandboxConfig):
     """Starts a sandbox over `repo` (each call a workspace of its own); stops them all."""
-    try:
+    with skip_without_sandboxes():
         bwrap = configured_bwrap(sandbox_config)
         assert bwrap is not None
         check_bwrap_works(bwrap)
-    except SandboxUnavailableError as error:
-        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
     cgroups = CgroupSupport.detect()
     started: list[Sandbox] = []
 

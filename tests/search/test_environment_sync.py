@@ -10,8 +10,8 @@ from etude.common.grpc_server import ServiceRuntime
 from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.search_client import GrpcSearchBackend
-from etude.sandbox.bwrap import SandboxUnavailableError
 from etude.search.server import SearchServicer, registration
+from tests.conftest import skip_without_sandboxes
 from tests.environment.conftest import make_manager
 
 ESPRESSO = "def brew_espresso(grams):\n    return f'a {grams} g shot of espresso'\n"
@@ -30,10 +30,8 @@ async def search_runtime(engine):
 @pytest.fixture
 async def manager(tmp_path, search_runtime):
     backend = GrpcSearchBackend(search_runtime.address, ClientSettings(max_attempts=1))
-    try:
+    with skip_without_sandboxes():
         manager = make_manager(tmp_path, search=backend)
-    except SandboxUnavailableError as error:
-        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
     yield manager
     await manager.close_all()
     await backend.close()

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
+from etude.sandbox.bwrap import find_bwrap
+from tests.conftest import skip_without_sandboxes
 
 SOURCE = '''\
 """Small numeric helpers."""
@@ -76,10 +77,8 @@ def test_minutes_and_seconds():
 
 @pytest.fixture(scope="session")
 def bwrap():
-    try:
+    with skip_without_sandboxes():
         return find_bwrap(None)
-    except SandboxUnavailableError as error:
-        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
 
 
 def write_tiny_project(root: Path) -> Path:

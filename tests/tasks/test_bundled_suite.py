@@ -15,6 +15,7 @@ from etude.reward.verify import verify_all
 from etude.tasks.materialize import PROJECTS_DIR, TASKS_FILE, materialize
 from etude.tasks.synth.synthesize import load_project
 from etude.tasks.task import read_jsonl
+from tests.conftest import skip_without_sandboxes
 
 pytestmark = pytest.mark.integration
 
@@ -54,12 +55,10 @@ def test_at_least_200_tasks_ship_split_by_project():
 
 
 async def test_a_sample_of_shipped_tasks_is_caught_and_fixed(tmp_path):
-    from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
+    from etude.sandbox.bwrap import find_bwrap
 
-    try:
+    with skip_without_sandboxes():
         bwrap = find_bwrap(None)
-    except SandboxUnavailableError as error:
-        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
     sample = random.Random(2026).sample(list(read_jsonl(TASKS_FILE)), 3)
     verdicts = await verify_all(sample, tmp_path / "cache", bwrap, concurrency=2)
     assert [v.problem for v in verdicts] == ["", "", ""]

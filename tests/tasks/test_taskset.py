@@ -11,7 +11,6 @@ from collections import Counter
 import pytest
 
 from etude.common.run_config import TasksConfig
-from etude.rollout.client import TaskCycle
 from etude.tasks.draw import project_of
 from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import HELD_OUT_PROJECTS, TASKS_FILE
@@ -67,16 +66,3 @@ def test_tasks_without_hints_are_skipped_at_the_run_s_highest_tier_and_logged(tm
     only_unhinted.write_text(json.dumps(records[1]) + "\n")
     with pytest.raises(ValueError, match="no training tasks usable at hint tier 3"):
         load_taskset(TasksConfig(taskset=str(only_unhinted), hint_tier=3))
-
-
-def test_each_pass_of_the_cycle_takes_every_task_once_spreading_projects():
-    train, _ = load_taskset(TasksConfig(train_limit=40))
-    cycle = TaskCycle(train, seed=3)
-    passes = [[cycle.next() for _ in train] for _ in range(2)]
-    for drawn in passes:
-        assert sorted(t.id for t in drawn) == sorted(t.id for t in train)
-        # One task of each project before any project's second.
-        assert len({project_of(t) for t in drawn[:10]}) == 10
-    assert [t.id for t in passes[0]] != [t.id for t in passes[1]]
-    resumed = TaskCycle(train, seed=3, cursor=len(train) + 5)
-    assert [resumed.next().id for _ in range(5)] == [t.id for t in passes[1][5:10]]

@@ -29,11 +29,12 @@ from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver
 from etude.rollout.scripted_honesty import derivable_violations, episode_from_text
 from etude.rollout.types import Demonstrations
-from etude.sandbox.bwrap import SandboxUnavailableError, find_bwrap
+from etude.sandbox.bwrap import find_bwrap
 from etude.tasks.materialize import LOCATE_STUBBED_TASKS_FILE, materialize
 from etude.tasks.task import read_jsonl
 from etude.trainer.batch import collate
 from etude.trainer.sft import held_out_nll, nll_loss, sft_train, split_by_task
+from tests.conftest import skip_without_sandboxes
 from tests.environment.conftest import make_manager
 from tests.rollout.demonstrations import SessionGrader, hinted_tasks, sample
 
@@ -60,10 +61,8 @@ class Stack:
 
 
 def require_sandboxes() -> None:
-    try:
+    with skip_without_sandboxes():
         find_bwrap(None)
-    except SandboxUnavailableError as error:
-        pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
 
 
 @pytest.fixture(scope="module")
