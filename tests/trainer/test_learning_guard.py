@@ -29,7 +29,7 @@ with it (ten tasks) fell from 0.31 to 0.06 in five steps.
 
 What makes the learning run better is the whole loop working: the advantages (with their
 sign flipped the learning run falls), the loss mask (with the mask inverted the learning
-run trains the prompt and earns no more than its control), the alignment of logprobs with
+run trains the prompt and falls far below its control), the alignment of logprobs with
 their tokens, and the weight sync (an inference service that keeps the old weights samples
 exactly the control's tokens). Break any of them and this test fails.
 """
@@ -63,8 +63,9 @@ GUARD_RUN = {
                 "checkpoint_every": 100, "loss": {"aux_loss_coef": 0.0}},
 }  # fmt: skip
 MARGIN = 0.04
-"""Between a loop that learns and one that does not, measured on 2 cores (docs/training.md,
-"The learning guard")."""
+"""Between a loop that learns and one that does not, measured on 2 cores: the learning run
+gained 0.083 over its control, one with the loss mask inverted in the RL step -0.385
+(docs/training.md, "The learning guard")."""
 ROOM = (0.1, 0.9)
 """The control's mean reward must lie here for a gain to be possible and to mean anything."""
 
