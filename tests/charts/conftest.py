@@ -10,7 +10,14 @@ from tests.charts.chart import render
 SCENARIOS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "everything": {
-        "environment": {"runtimeClassName": "gvisor"},
+        "environment": {
+            "runtimeClassName": "gvisor",
+            "sandbox": {
+                "seccompProfile": "Localhost",
+                "seccompLocalhostProfile": "profiles/etude-bwrap.json",
+            },
+        },
+        "reward": {"runtimeClassName": "gvisor"},
         "gateway": {"podDisruptionBudget": {"enabled": True}},
         "keda": {"triggerAuthenticationName": "redis-auth"},
         "networkPolicy": {

@@ -76,19 +76,34 @@ def test_grpc_services_are_headless(rendered) -> None:
             assert service["spec"]["clusterIP"] == "None", service["metadata"]["name"]
 
 
-def test_runtime_class_for_environment_pods(rendered) -> None:
-    (env,) = [
-        d
-        for d in of_kind(rendered["everything"], "Deployment")
-        if d["metadata"]["name"] == "etude-environment"
-    ]
-    assert env["spec"]["template"]["spec"]["runtimeClassName"] == "gvisor"
-    (default,) = [
-        d
-        for d in of_kind(rendered["defaults"], "Deployment")
-        if d["metadata"]["name"] == "etude-environment"
-    ]
-    assert "runtimeClassName" not in default["spec"]["template"]["spec"]
+def test_pods_that_run_sandboxes_may_make_namespaces_and_take_a_runtime_class(rendered) -> None:
+    """The environment's sessions and the reward's grading both run bubblewrap, which needs
+    unshare(CLONE_NEWUSER): runtimes' default seccomp profiles refuse it, so each of their
+    containers carries the configured profile, and their pods the RuntimeClass where set."""
+    expected = {
+        "everything": {"type": "Localhost", "localhostProfile": "profiles/etude-bwrap.json"},
+    }
+    for scenario, objects in rendered.items():
+        sandboxed = {
+            d["metadata"]["name"]: d["spec"]["template"]["spec"]
+            for d in of_kind(objects, "Deployment")
+            if {"name": "ETUDE_SANDBOX__BACKEND", "value": "bwrap"}
+            in d["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert set(sandboxed) == {"etude-environment", "etude-reward"}, scenario
+        for name, pod in sandboxed.items():
+            profile = pod["containers"][0]["securityContext"]["seccompProfile"]
+            assert profile == expected.get(scenario, {"type": "Unconfined"}), (scenario, name)
+            if scenario == "everything":
+                assert pod["runtimeClassName"] == "gvisor", name
+            else:
+                assert "runtimeClassName" not in pod, (scenario, name)
+
+
+def test_a_localhost_seccomp_profile_must_name_its_file() -> None:
+    values = {"environment": {"sandbox": {"seccompProfile": "Localhost"}}}
+    with pytest.raises(helm_python.HelmRenderError, match="seccompLocalhostProfile"):
+        render(values)
 
 
 def test_external_redis_replaces_the_statefulset(rendered) -> None:

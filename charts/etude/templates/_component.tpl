@@ -180,3 +180,21 @@ runAsGroup: 10001
 capabilities:
   drop: ["ALL"]
 {{- end }}
+
+{{/*
+The container security context of a pod that runs bubblewrap sandboxes (the environment's
+sessions, the reward's grading). bubblewrap creates user, mount and network namespaces
+without privileges; container runtimes' default seccomp profiles refuse
+unshare(CLONE_NEWUSER), hence the profile is a value (Unconfined by default; pair it with
+runtimeClassName for a VM boundary).
+*/}}
+{{- define "etude.sandboxSecurityContext" -}}
+{{ include "etude.defaultSecurityContext" . }}
+{{- with .Values.environment.sandbox }}
+seccompProfile:
+  type: {{ .seccompProfile }}
+  {{- if eq .seccompProfile "Localhost" }}
+  localhostProfile: {{ required "environment.sandbox.seccompLocalhostProfile: the Localhost profile's path, relative to the kubelet's seccomp directory" .seccompLocalhostProfile | quote }}
+  {{- end }}
+{{- end }}
+{{- end }}
