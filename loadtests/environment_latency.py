@@ -10,9 +10,12 @@ stack, on a generated 10 MB repository; the load comes from this process.
   more than latency.
 - Batch speedup: time of k read-only calls run one after another (`parallel=false`) over
   the same k calls in one batch. `batch_speedup_k*` uses `codebase_search` against a
-  search server on loopback that answers after `--search-ms` (40 ms, an embedding lookup's
-  order): waiting-bound calls, which is what the overlap is for. `grep_batch_speedup_k8`
+  stand-in search server on loopback that answers every SearchService call after
+  `--search-ms` (40 ms, an embedding lookup's order): waiting-bound calls, which is what
+  the overlap is for. `grep_batch_speedup_k8`
   uses ripgrep over the whole repository: CPU-bound, so it cannot pass the core count.
+- Every timed call must succeed (no error, some output); one that fails stops the benchmark
+  with its error, since its time would measure an error path.
 
     python loadtests/environment_latency.py --quick --json out.json
 """
@@ -20,6 +23,7 @@ stack, on a generated 10 MB repository; the load comes from this process.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import tempfile
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from benchlib import (
     argument_parser,
+    ensure_credentials,
     median,
     metric,
     percentile,
@@ -43,6 +48,7 @@ from etude.common.processes import terminate
 from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment
+from etude.environment.types import ExecutedCall
 
 
 @dataclass(frozen=True)
@@ -80,10 +86,27 @@ def call(name: str, index: int, **arguments: str) -> ToolCall:
     return ToolCall(name, arguments, f"call_{index}")
 
 
-async def timed(coroutine) -> float:
+class FailedCall(RuntimeError):
+    """A timed tool call that did not do its work: its time would measure an error path."""
+
+
+def succeeded(executed: list[ExecutedCall]) -> list[ExecutedCall]:
+    """`executed`, once every call in it returned a result (no error, some output)."""
+    for call in executed:
+        if call.result.error_reason is not None or not call.result.output.strip():
+            reason = call.result.error_reason or "empty output"
+            raise FailedCall(f"{call.name} failed ({reason}): {call.result.output[:300]!r}")
+    return executed
+
+
+async def timed(calls) -> float:
+    """Milliseconds the batch `calls` (an `execute` awaitable) took; raises FailedCall if any
+    call in it failed."""
     start = time.perf_counter()
-    await coroutine
-    return (time.perf_counter() - start) * 1000
+    executed = await calls
+    elapsed_ms = (time.perf_counter() - start) * 1000
+    succeeded(executed)
+    return elapsed_ms
 
 
 async def measure_creates(env: GrpcEnvironment, repo: Path, count: int):
@@ -96,7 +119,7 @@ async def measure_creates(env: GrpcEnvironment, repo: Path, count: int):
         start = time.perf_counter()
         opened = await env.create_session("bench", str(repo))
         creates.append((time.perf_counter() - start) * 1000)
-        await env.execute(opened.session_id, [read_call(i)])
+        succeeded(await env.execute(opened.session_id, [read_call(i)]))
         first_results.append((time.perf_counter() - start) * 1000)
         await env.close_session(opened.session_id)
     return creates, first_results
@@ -160,7 +183,8 @@ async def measure(address: str, repo: Path, plan: Plan, think_s: float) -> dict:
         ]
         # Each session's sandbox starts in the background; wait for all of them first, so
         # the figures below are round trips (create_to_first_result covers the start).
-        await asyncio.gather(*(env.execute(s, [read_call(0)]) for s in sessions))
+        for started in await asyncio.gather(*(env.execute(s, [read_call(0)]) for s in sessions)):
+            succeeded(started)
         per = plan.reads_per_session
         reads_32 = await concurrent(env, sessions, read_call, per, think_s)
         greps_32 = await concurrent(env, sessions, grep_call, per, think_s)
@@ -192,11 +216,25 @@ async def measure(address: str, repo: Path, plan: Plan, think_s: float) -> dict:
 
 
 class DelayedSearch(search_pb2_grpc.SearchServiceServicer):
-    """A search server that answers after a fixed delay with hits from the repository's
-    file names: enough for `codebase_search` calls that spend their time waiting."""
+    """A search server that answers every call of the SearchService API after a fixed
+    delay, with hits from the repository's file names: enough for `codebase_search` calls
+    that spend their time waiting. The environment indexes a session's workspace before
+    its first query, so a stand-in without IndexWorkspace would time only failures."""
 
     def __init__(self, delay_s: float, paths: list[str]) -> None:
         self.delay_s, self.paths = delay_s, paths
+
+    async def IndexWorkspace(self, request, context):
+        await asyncio.sleep(self.delay_s)
+        return search_pb2.IndexWorkspaceResponse(chunks=len(self.paths))
+
+    async def UpdateFiles(self, request, context):
+        await asyncio.sleep(self.delay_s)
+        return search_pb2.UpdateFilesResponse(chunks_embedded=len(request.changed))
+
+    async def DropWorkspace(self, request, context):
+        await asyncio.sleep(self.delay_s)
+        return search_pb2.DropWorkspaceResponse()
 
     async def Query(self, request, context):
         await asyncio.sleep(self.delay_s)
@@ -209,6 +247,7 @@ class DelayedSearch(search_pb2_grpc.SearchServiceServicer):
 
 async def run(repo: Path, workdir: Path, plan: Plan, think_s: float, search_s: float) -> dict:
     paths = sorted(str(p.relative_to(repo)) for p in repo.rglob("*.py"))
+    ensure_credentials(workdir)  # the stand-in search server requires them, as services do
     search = ServiceRuntime(
         "search",
         GrpcSettings(drain_seconds=0),
@@ -226,6 +265,7 @@ async def run(repo: Path, workdir: Path, plan: Plan, think_s: float, search_s: f
         ETUDE_ENVIRONMENT__ROOT_DIR=str(workdir / "environment"),
         ETUDE_ENVIRONMENT__MAX_SESSIONS="64",
         ETUDE_ENVIRONMENT__SEARCH_ADDRESS=search.address,
+        ETUDE_ENVIRONMENT__REPOSITORY_ROOTS=json.dumps([str(repo.parent)]),
     )  # fmt: skip
     try:
         return await measure(address, repo, plan, think_s)
