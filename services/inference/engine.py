@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from etude.inference.backend import Tokenizer
+from etude.inference.finite import all_finite
 from etude.inference.sampling import sample, sequence_generator
 from etude.inference.types import (
     CompletionDelta,
@@ -129,7 +130,7 @@ class TorchEngine:
                 raise InferenceError(
                     f"{name}: shape {tuple(tensor.shape)} != the model's {tuple(target.shape)}"
                 )
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            if not all_finite(tensor):
                 # NaN weights make every later sampling step fail: refuse them here.
                 raise InferenceError(f"{name} holds NaN or infinite values")
             staged.append((name, tensor, expert))

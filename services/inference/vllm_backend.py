@@ -74,6 +74,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
+from etude.inference.finite import all_finite
 from etude.inference.types import (
     CompletionDelta,
     EngineStats,
@@ -227,7 +228,7 @@ def _checked(
             raise InferenceError(
                 f"{name}: shape {tuple(tensor.shape)} != the model's {shapes[name]}"
             )
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        if not all_finite(tensor):
             raise InferenceError(f"{name} holds NaN or infinite values")
     return named
 

@@ -186,11 +186,23 @@ async def test_a_request_id_already_in_flight_is_refused_and_leaks_no_slot(infer
     assert backend.stats().kv_cache_usage == 0
 
 
-async def test_weights_with_nan_are_refused_and_change_nothing(inference):
+def _poison(tensor: torch.Tensor, how: str) -> torch.Tensor:
+    if how == "all nan":
+        return torch.full_like(tensor, math.nan)
+    poisoned = tensor.clone().flatten()
+    if how == "one inf":
+        poisoned[poisoned.numel() // 2] = math.inf
+    else:  # "inf and -inf": their sum is NaN, not an infinity
+        poisoned[0], poisoned[-1] = math.inf, -math.inf
+    return poisoned.view_as(tensor)
+
+
+@pytest.mark.parametrize("how", ["all nan", "one inf", "inf and -inf"])
+async def test_weights_with_nan_are_refused_and_change_nothing(inference, how):
     stub, _, backend = inference  # noqa: F811
     model_ = backend.engine.model
     name, tensor = next(iter(StateDictAdapter(model_.config).to_hf(model_.state_dict()).items()))
-    poisoned = torch.full_like(tensor, math.nan)
+    poisoned = _poison(tensor, how)
 
     async def stream():
         for message in weight_chunks(1, [(name, poisoned)]):
