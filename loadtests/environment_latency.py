@@ -252,6 +252,18 @@ class DelayedSearch(search_pb2_grpc.SearchServiceServicer):
         return search_pb2.QueryResponse(hits=hits)
 
 
+async def start_environment(workdir: Path, root: Path, search_address: str, repo: Path):
+    """The environment service as its own process, keeping its state under `root`, calling
+    the search server at `search_address`, allowed to open sessions on `repo`."""
+    return await asyncio.to_thread(
+        start_service, "etude.environment", workdir,
+        ETUDE_ENVIRONMENT__ROOT_DIR=str(root),
+        ETUDE_ENVIRONMENT__MAX_SESSIONS="64",
+        ETUDE_ENVIRONMENT__SEARCH_ADDRESS=search_address,
+        ETUDE_ENVIRONMENT__REPOSITORY_ROOTS=json.dumps([str(repo.parent)]),
+    )  # fmt: skip
+
+
 async def run(repo: Path, workdir: Path, plan: Plan, think_s: float, search_s: float) -> dict:
     paths = sorted(str(p.relative_to(repo)) for p in repo.rglob("*.py"))
     ensure_credentials(workdir)  # the stand-in search server requires them, as services do
@@ -267,13 +279,9 @@ async def run(repo: Path, workdir: Path, plan: Plan, think_s: float, search_s: f
         ],
     )
     await search.start()
-    process, address = await asyncio.to_thread(
-        start_service, "etude.environment", workdir,
-        ETUDE_ENVIRONMENT__ROOT_DIR=str(workdir / "environment"),
-        ETUDE_ENVIRONMENT__MAX_SESSIONS="64",
-        ETUDE_ENVIRONMENT__SEARCH_ADDRESS=search.address,
-        ETUDE_ENVIRONMENT__REPOSITORY_ROOTS=json.dumps([str(repo.parent)]),
-    )  # fmt: skip
+    process, address = await start_environment(
+        workdir, workdir / "environment", search.address, repo
+    )
     try:
         return await measure(address, repo, plan, think_s)
     finally:
@@ -294,12 +302,7 @@ async def real_search_speedup(workdir: Path, plan: Plan) -> dict:
         ETUDE_SEARCH__CACHE_DIR=str(workdir / "search-cache"),
         ETUDE_SEARCH__INDEX_ROOTS=json.dumps([str(root)]),
     )  # fmt: skip
-    environment, address = await asyncio.to_thread(
-        start_service, "etude.environment", workdir,
-        ETUDE_ENVIRONMENT__ROOT_DIR=str(root),
-        ETUDE_ENVIRONMENT__SEARCH_ADDRESS=search_address,
-        ETUDE_ENVIRONMENT__REPOSITORY_ROOTS=json.dumps([str(repo.parent)]),
-    )  # fmt: skip
+    environment, address = await start_environment(workdir, root, search_address, repo)
     env = GrpcEnvironment(address, ClientSettings(timeout_seconds=300))
     try:
         session = (await env.create_session("bench", str(repo))).session_id
