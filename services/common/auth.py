@@ -44,6 +44,7 @@ ACCESS: Mapping[str, Mapping[str, frozenset[str]]] = {
     f"{_API}.InferenceService": {
         "Generate": _GENERATE,
         "GetPolicy": _GENERATE,
+        "GetLoad": _GENERATE,
         # Only the trainer publishes weights: anyone else could zero the policy or move
         # its version so far that the trainer's next update is refused.
         "UpdateWeights": frozenset({"trainer"}),

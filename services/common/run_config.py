@@ -113,7 +113,18 @@ class RolloutConfig(_Part):
     """Extra groups kept in flight beyond one step's worth, so stragglers do not idle the
     trainer."""
     max_staleness: int = Field(default=1, ge=0, le=1_000_000)
-    """No rollout starts on a policy more than this many versions behind the trainer."""
+    """No rollout starts on a policy more than this many versions behind the trainer, and
+    none is trained with a token older than that (a worker whose engine fell behind runs the
+    rollout again)."""
+    schedule: Literal["sync", "async", "async_partial"] = "async_partial"
+    """How rollouts meet weight updates. `sync`: on-policy — a step's rollouts all run under
+    the step's version, nothing runs while the trainer trains (`over_provision` and
+    `max_staleness` are taken as 0). `async`: rollouts for the next step run while the
+    trainer trains, at most `max_staleness` versions behind; a weight update drains each
+    engine (running completions finish under the old weights, new ones wait), so no turn
+    spans two versions. `async_partial`: as `async`, but an update lands between two decode
+    steps and a turn in progress goes on under the new version (a partial rollout: every
+    token records its version, the loss's importance weights correct for each)."""
     max_turns: int = Field(default=6, ge=1, le=10_000)
     max_new_tokens: int = Field(default=256, ge=1, le=1 << 20)
     """Per turn."""

@@ -23,7 +23,7 @@ async def build(
     settings: InferenceSettings, resources: contextlib.AsyncExitStack
 ) -> list[Registration]:
     config = settings.inference
-    backend = await start_backend(config, settings.stack.run_dir)
+    backend = await start_backend(config, settings.stack.run_dir, settings.sim)
     resources.push_async_callback(backend.close)
     watch_backend(backend)
     serving = Serving(backend)

@@ -12,6 +12,7 @@ from etude.inference.config import InferenceConfig
 from etude.inference.engine import EngineConfig
 from etude.inference.torch_backend import TorchBackend
 from etude.model.checkpoint import init_checkpoint
+from etude.sim.config import SimConfig
 
 
 def preset_checkpoint(config: InferenceConfig, directory: Path) -> Path:
@@ -32,7 +33,15 @@ def cpu_threads(config: InferenceConfig) -> int:
     return config.cpu_threads or max(1, len(os.sched_getaffinity(0)) - 1)
 
 
-async def start_backend(config: InferenceConfig, run_dir: Path) -> InferenceBackend:
+async def start_backend(
+    config: InferenceConfig, run_dir: Path, sim: SimConfig | None = None
+) -> InferenceBackend:
+    if config.backend == "sim":
+        from etude.inference.sim_backend import SimBackend
+        from etude.model.tokenizer import load_tokenizer
+
+        scenario, clock = (sim or SimConfig()).load()
+        return SimBackend(scenario, clock, tokenizer=load_tokenizer(config.tokenizer))
     if config.backend == "torch":
         torch.set_num_threads(cpu_threads(config))
         engine = EngineConfig(

@@ -14,9 +14,9 @@ from grpc import aio
 from etude.api.v1 import inference_pb2, inference_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
-from etude.inference.types import CompletionDelta, GenerationRequest, InferenceError
+from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest, InferenceError
 from etude.inference.weight_stream import DEFAULT_CHUNK_BYTES, chunks
-from etude.inference.wire import delta_from_proto, request_to_proto
+from etude.inference.wire import delta_from_proto, load_from_proto, request_to_proto
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +68,14 @@ class GrpcInference:
         version: int,
         tensors: Iterable[tuple[str, torch.Tensor]],
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        *,
+        drain: bool = False,
     ) -> WeightUpdate:
+        """`drain`: running completions finish under the old weights first (no completion
+        spans two versions); otherwise the update lands between two decode steps."""
+        messages = chunks(version, tensors, chunk_bytes, drain=drain)
         try:
-            reply = await self.stub.UpdateWeights(iter(chunks(version, tensors, chunk_bytes)))
+            reply = await self.stub.UpdateWeights(iter(messages))
         except aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise InferenceError(error.details()) from error
@@ -80,6 +85,9 @@ class GrpcInference:
     async def get_policy(self) -> Policy:
         reply = await self.stub.GetPolicy(inference_pb2.GetPolicyRequest())
         return Policy(reply.version.version, reply.model_name, reply.backend, reply.num_parameters)
+
+    async def get_load(self) -> EngineLoad:
+        return load_from_proto(await self.stub.GetLoad(inference_pb2.GetLoadRequest()))
 
     async def close(self) -> None:
         await self.channel.close()

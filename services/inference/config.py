@@ -8,12 +8,14 @@ from typing import Literal
 from pydantic import Field
 
 from etude.common.settings import EtudeSettings, Section
+from etude.sim.config import SimConfig
 
 
 class InferenceConfig(Section):
-    backend: Literal["torch", "vllm"] = "torch"
+    backend: Literal["torch", "vllm", "sim"] = "torch"
     """`torch`: the built-in engine on the trainer's model code (identical numerics).
-    `vllm`: vLLM's AsyncLLM (needs vLLM installed; loads a checkpoint directory)."""
+    `vllm`: vLLM's AsyncLLM (needs vLLM installed; loads a checkpoint directory).
+    `sim`: no model, simulated time (etude.inference.sim_backend; `ETUDE_SIM__*`)."""
     model: str = "tiny"
     """A preset (`tiny`, `tiny-dense`, `small`: fresh weights from `seed`) or a checkpoint
     directory in Hugging Face layout (config.json, *.safetensors, tokenizer files)."""
@@ -53,3 +55,4 @@ class InferenceConfig(Section):
 
 class InferenceSettings(EtudeSettings):
     inference: InferenceConfig = InferenceConfig()
+    sim: SimConfig = SimConfig()

@@ -150,6 +150,7 @@ class TorchEngine:
             running=len(self.running),
             waiting=len(self.waiting) + new,
             kv_cache_usage=used / self.config.max_num_seqs,
+            capacity=self.config.max_num_seqs,
         )
 
     def validate(self, request: GenerationRequest) -> None:

@@ -12,7 +12,7 @@ from etude.common.grpc_server import Registration
 from etude.inference.serving import Serving
 from etude.inference.types import EngineFault, InferenceError
 from etude.inference.weight_stream import WeightStreamError, assemble
-from etude.inference.wire import chunk_to_proto, request_from_proto
+from etude.inference.wire import chunk_to_proto, load_to_proto, request_from_proto
 
 SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
 
@@ -47,12 +47,15 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def UpdateWeights(self, request_iterator, context):
         started = time.perf_counter()
         try:
-            version, tensors = await assemble(request_iterator, self.max_update_bytes)
+            update = await assemble(request_iterator, self.max_update_bytes)
+            version = update.version
             if version <= self.backend.policy_version:
                 raise InferenceError(
                     f"version {version} is not newer than the served {self.backend.policy_version}"
                 )
-            loaded, seconds = await self.serving.update_weights(version, tensors, started)
+            loaded, seconds = await self.serving.update_weights(
+                version, update.tensors, started, drain=update.drain
+            )
         except (WeightStreamError, InferenceError) as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         return inference_pb2.UpdateWeightsResponse(
@@ -68,6 +71,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             backend=self.backend.name,
             num_parameters=self.backend.num_parameters,
         )
+
+    async def GetLoad(self, request, context):
+        return load_to_proto(self.serving.load())
 
 
 def registration(servicer: InferenceServicer) -> Registration:

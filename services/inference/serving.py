@@ -1,8 +1,17 @@
 """What both front doors (gRPC and the OpenAI-compatible HTTP API) share: requests into the
-backend, deltas out, with the latency metrics observed once, here."""
+backend, deltas out, with the latency metrics observed once, here; and the two ways a weight
+update meets the requests in flight, for every backend alike:
+
+* in flight (the default): the backend loads between two decode steps, completions go on
+  under the new version (partial rollouts: their tokens record which version sampled them);
+* draining: no new request starts, the running ones finish under the old weights, then the
+  backend loads and the waiting requests start under the new version — no completion spans
+  two versions, at the cost of the engine idling on its longest running completion.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable
 
@@ -17,14 +26,47 @@ from etude.inference.metrics import (
     TOKENS_GENERATED,
     WEIGHT_UPDATE_SECONDS,
 )
-from etude.inference.types import CompletionDelta, GenerationRequest
+from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest
 
 
 class Serving:
     def __init__(self, backend: InferenceBackend) -> None:
         self.backend = backend
+        self._open = asyncio.Event()  # cleared while a draining update holds new requests
+        self._open.set()
+        self._idle = asyncio.Event()  # set while no request is being generated
+        self._idle.set()
+        self._generating = 0
+        self._held = 0  # requests waiting at the closed gate of a draining update
+        self._updates = asyncio.Lock()  # one update at a time: versions load in order
+
+    def load(self) -> EngineLoad:
+        stats = self.backend.stats()
+        held = 0 if self._open.is_set() else self._held
+        return EngineLoad(
+            version=self.backend.policy_version, running=stats.running,
+            waiting=stats.waiting + held, capacity=stats.capacity,
+            kv_cache_usage=stats.kv_cache_usage, draining=not self._open.is_set(),
+        )  # fmt: skip
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
+        if not self._open.is_set():
+            self._held += 1
+            try:
+                await self._open.wait()
+            finally:
+                self._held -= 1
+        self._generating += 1
+        self._idle.clear()
+        try:
+            async for delta in self._generate(request):
+                yield delta
+        finally:
+            self._generating -= 1
+            if not self._generating:
+                self._idle.set()
+
+    async def _generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
         started = time.perf_counter()
         last_token: dict[int, float] = {}
         reason = "cancelled"
@@ -50,11 +92,25 @@ class Serving:
                 REQUEST_SECONDS.labels(reason).observe(time.perf_counter() - started)
 
     async def update_weights(
-        self, version: int, tensors: Iterable[tuple[str, torch.Tensor]], started: float
+        self,
+        version: int,
+        tensors: Iterable[tuple[str, torch.Tensor]],
+        started: float,
+        *,
+        drain: bool = False,
     ) -> tuple[int, float]:
-        """Load a policy version; returns tensors loaded and seconds since `started` (the
-        first byte received)."""
-        loaded = await self.backend.update_weights(version, tensors)
+        """Load a policy version, in flight or draining (above); returns tensors loaded and
+        seconds since `started` (the first byte received)."""
+        async with self._updates:
+            if not drain:
+                loaded = await self.backend.update_weights(version, tensors)
+            else:
+                self._open.clear()
+                try:
+                    await self._idle.wait()
+                    loaded = await self.backend.update_weights(version, tensors)
+                finally:
+                    self._open.set()
         seconds = time.perf_counter() - started
         WEIGHT_UPDATE_SECONDS.observe(seconds)
         return loaded, seconds

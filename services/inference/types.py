@@ -95,6 +95,36 @@ class EngineStats:
     waiting: int
     kv_cache_usage: float
     """Fraction of the KV cache in use, 0..1."""
+    capacity: int = 0
+    """Sequences the engine decodes at once (its `max_num_seqs`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """What an engine reports to a router (GetLoad): its load and the version it serves."""
+
+    version: int
+    running: int
+    waiting: int
+    capacity: int
+    kv_cache_usage: float = 0.0
+    draining: bool = False
+    """A draining weight update is under way: new requests wait for it."""
+
+    @property
+    def outstanding(self) -> int:
+        return self.running + self.waiting
+
+
+TURN_SEPARATOR = "-t"
+
+
+def affinity_key(request_id: str) -> str:
+    """The episode a request belongs to. The turns of one episode are requested as
+    `<episode>-t<turn>` (etude.rollout.samplers), and each turn's prompt extends the previous
+    one: a router keeps them on one engine, whose prefix cache holds the episode so far."""
+    head, sep, turn = request_id.rpartition(TURN_SEPARATOR)
+    return head if sep and turn.isdigit() else request_id
 
 
 MAX_COMPLETIONS = 128

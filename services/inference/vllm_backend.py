@@ -275,6 +275,7 @@ class VllmBackend:
         self._update_lock = asyncio.Lock()
         self._closed = False
         self._in_flight = 0  # completions of requests being streamed
+        self.capacity = 0  # the scheduler's max_num_seqs, read once the engine is up
         self._request_ids: set[str] = set()
         self.last_update_seconds: float | None = None
         """How long the last `update_weights` held generation paused."""
@@ -334,6 +335,7 @@ class VllmBackend:
                 stats_sink=stats_sink,
                 to_checkpoint_names=_checkpoint_names(checkpoint_dir),
             )
+            backend.capacity = engine.vllm_config.scheduler_config.max_num_seqs
         except BaseException:
             engine.shutdown()
             raise
@@ -477,11 +479,12 @@ class VllmBackend:
         runs, so after an abort leaves the engine idle they would stay stale: with no request
         of ours in flight the engine is idle by construction and reports zeros."""
         if self._in_flight == 0:
-            return EngineStats(running=0, waiting=0, kv_cache_usage=0.0)
+            return EngineStats(running=0, waiting=0, kv_cache_usage=0.0, capacity=self.capacity)
         return EngineStats(
             running=self._stats.running,
             waiting=self._stats.waiting,
             kv_cache_usage=self._stats.kv_cache_usage,
+            capacity=self.capacity,
         )
 
     async def close(self) -> None:

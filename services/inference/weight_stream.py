@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -21,13 +22,23 @@ class WeightStreamError(ValueError):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class ReceivedUpdate:
+    version: int
+    tensors: list[tuple[str, torch.Tensor]]
+    drain: bool
+    """Let running generation finish under the old weights first (etude.inference.serving)."""
+
+
 def chunks(
     version: int,
     tensors: Iterable[tuple[str, torch.Tensor]],
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    *,
+    drain: bool = False,
 ) -> Iterator[inference_pb2.WeightChunk]:
-    """The messages of one UpdateWeights call; the first carries the version."""
-    yield inference_pb2.WeightChunk(version=common_pb2.PolicyVersion(version=version))
+    """The messages of one UpdateWeights call; the first carries the version and mode."""
+    yield inference_pb2.WeightChunk(version=common_pb2.PolicyVersion(version=version), drain=drain)
     for name, tensor in tensors:
         dtype = str(tensor.dtype).removeprefix("torch.")
         if dtype not in _DTYPES:
@@ -45,9 +56,10 @@ def chunks(
 
 async def assemble(
     messages: AsyncIterator[inference_pb2.WeightChunk], max_bytes: int
-) -> tuple[int, list[tuple[str, torch.Tensor]]]:
-    """(version, tensors) from a chunk stream; raises WeightStreamError on a malformed one."""
+) -> ReceivedUpdate:
+    """The update a chunk stream carries; raises WeightStreamError on a malformed one."""
     version: int | None = None
+    drain = False
     tensors: list[tuple[str, torch.Tensor]] = []
     current: tuple[str, str, tuple[int, ...], bytearray] | None = None
     received = 0
@@ -67,7 +79,7 @@ async def assemble(
         if version is None:
             if not message.HasField("version"):
                 raise WeightStreamError("the first message must carry the policy version")
-            version = message.version.version
+            version, drain = message.version.version, message.drain
             if not message.name:
                 continue
         if not message.name:
@@ -92,4 +104,4 @@ async def assemble(
         raise WeightStreamError("an empty update stream")
     if current is not None:
         finish()
-    return version, tensors
+    return ReceivedUpdate(version, tensors, drain)

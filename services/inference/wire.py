@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from google.protobuf import unknown_fields
 
-from etude.api.v1 import inference_pb2
-from etude.inference.types import CompletionDelta, GenerationRequest, InferenceError, SamplingParams
+from etude.api.v1 import common_pb2, inference_pb2
+from etude.inference.types import (
+    CompletionDelta,
+    EngineLoad,
+    GenerationRequest,
+    InferenceError,
+    SamplingParams,
+)
 
 MAX_PROMPT_TEXT_CHARS = 1 << 20
 """Far more than any context holds (a token is rarely over 16 characters)."""
@@ -90,3 +96,19 @@ def delta_from_proto(chunk: inference_pb2.GenerateChunk) -> CompletionDelta:
         text=chunk.text,
         finish_reason=_REASON_NAMES.get(chunk.finish_reason),
     )
+
+
+def load_to_proto(load: EngineLoad) -> inference_pb2.EngineLoad:
+    return inference_pb2.EngineLoad(
+        version=common_pb2.PolicyVersion(version=load.version), running=load.running,
+        waiting=load.waiting, capacity=load.capacity, kv_cache_usage=load.kv_cache_usage,
+        draining=load.draining,
+    )  # fmt: skip
+
+
+def load_from_proto(message: inference_pb2.EngineLoad) -> EngineLoad:
+    return EngineLoad(
+        version=message.version.version, running=message.running, waiting=message.waiting,
+        capacity=message.capacity, kv_cache_usage=message.kv_cache_usage,
+        draining=message.draining,
+    )  # fmt: skip

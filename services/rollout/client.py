@@ -132,6 +132,7 @@ class Orchestrator:
         groups_per_step: int,
         over_provision: int,
         max_staleness: int,
+        schedule: str = "async_partial",
         hint_tier: int = 0,
         poll_ms: int = 500,
     ) -> None:
@@ -140,6 +141,9 @@ class Orchestrator:
         self.trajectories = trajectories
         self.tasks = tasks
         self.group_size = group_size
+        self.schedule_mode = schedule
+        if schedule == "sync":  # on-policy: one step's groups, all under the step's version
+            over_provision = max_staleness = 0
         self.in_flight_target = groups_per_step + over_provision
         self.max_staleness = max_staleness
         self.poll_ms = poll_ms
@@ -170,15 +174,28 @@ class Orchestrator:
             trajectories=trajectory_queue(client, run_id, "trainer", queue),
             tasks=tasks, group_size=config.group_size, groups_per_step=config.groups_per_step,
             over_provision=config.over_provision, max_staleness=config.max_staleness,
-            hint_tier=hint_tier,
+            schedule=config.schedule, hint_tier=hint_tier,
         )  # fmt: skip
 
     async def start(self) -> None:
         await self.rollouts.ensure_group()
         await self.trajectories.ensure_group()
 
+    @property
+    def overlaps_training(self) -> bool:
+        """Whether rollouts for the next step run while the trainer trains (not `sync`)."""
+        return self.schedule_mode != "sync"
+
+    @property
+    def drains_updates(self) -> bool:
+        """Whether a weight update lets running completions finish first (not a partial
+        rollout schedule)."""
+        return self.schedule_mode != "async_partial"
+
     async def schedule(self, trainer_version: int) -> int:
-        """Queue new groups until `in_flight_target` are open; returns how many were added."""
+        """Queue new groups until `in_flight_target` are open; returns how many were added.
+        `trainer_version`: the trainer's version when these will be trained at the
+        earliest — no rollout of them starts on a policy more than `max_staleness` behind."""
         added = []
         while self.collector.open_groups + len(added) < self.in_flight_target:
             task = self.tasks.next()

@@ -24,10 +24,15 @@ from etude.common.queue import Delivery, QueueUnavailableError, WorkQueue
 from etude.common.queue_metrics import export_queue_stats_forever
 from etude.rollout import metrics
 from etude.rollout.agent import EpisodeRunner, TurnSampler
+from etude.rollout.groups import oldest_version
 from etude.rollout.streams import rollout_key
 from etude.tasks.store import TaskStore
 
 log = logging.getLogger(__name__)
+
+
+class StaleRolloutError(RuntimeError):
+    """A rollout sampled a token older than its entry's `min_policy_version` allows."""
 
 
 class RolloutWorker:
@@ -98,6 +103,13 @@ class RolloutWorker:
             await self._wait_for_policy(request.min_policy_version)
             metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, time.time() - delivery.enqueued_ms / 1000))
             trajectory = await self.runner.run(request, task, self.sampler_for(request))
+            oldest = oldest_version(trajectory)  # -1: the policy sampled nothing
+            if 0 <= oldest < request.min_policy_version:
+                # An engine behind the trainer sampled part of it: never train on that.
+                raise StaleRolloutError(
+                    f"tokens of version {oldest}, the entry allows"
+                    f" {request.min_policy_version} or newer"
+                )
             await self.trajectories.put(trajectory, key=rollout_key(request))
             await self.rollouts.ack(delivery.entry_id)
             self.completed += 1

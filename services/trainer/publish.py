@@ -12,16 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
+from typing import Protocol
 
 import torch
 
-from etude.inference.client import GrpcInference
-from etude.model.model import Transformer
+from etude.inference.client import Policy, WeightUpdate
+
+
+class WeightEndpoint(Protocol):
+    """An inference endpoint: `GrpcInference`, or `InProcessInference` in the same process."""
+
+    async def get_policy(self) -> Policy: ...
+
+    async def update_weights(
+        self, version: int, tensors: Iterable[tuple[str, torch.Tensor]], *, drain: bool = False
+    ) -> WeightUpdate: ...
+
+    async def close(self) -> None: ...
 
 
 class WeightPublisher:
-    def __init__(self, endpoints: list[GrpcInference]) -> None:
+    def __init__(self, endpoints: list[WeightEndpoint]) -> None:
         if not endpoints:
             raise ValueError("weight sync needs at least one inference endpoint")
         self.endpoints = endpoints
@@ -32,10 +44,17 @@ class WeightPublisher:
         return max(p.version for p in policies)
 
     async def publish(
-        self, version: int, model: Transformer, only: Collection[str] | None = None
+        self,
+        version: int,
+        model: torch.nn.Module,
+        only: Collection[str] | None = None,
+        *,
+        drain: bool = False,
     ) -> float:
         """Send the weights as `version`; returns the seconds until every endpoint has it.
-        `only`: just these tensors (the ones a step can change); an endpoint keeps the rest."""
+        `only`: just these tensors (the ones a step can change); an endpoint keeps the rest.
+        `drain`: each endpoint lets its running completions finish under the old weights
+        first (no turn spans two versions); otherwise they go on under the new ones."""
         started = time.perf_counter()
         with torch.no_grad():
             tensors = [
@@ -43,7 +62,9 @@ class WeightPublisher:
                 for name, t in model.state_dict().items()
                 if only is None or name in only
             ]
-        await asyncio.gather(*(e.update_weights(version, tensors) for e in self.endpoints))
+        await asyncio.gather(
+            *(e.update_weights(version, tensors, drain=drain) for e in self.endpoints)
+        )
         return time.perf_counter() - started
 
     async def close(self) -> None:

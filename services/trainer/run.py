@@ -138,7 +138,9 @@ class TrainingRun:
         version = max(self.state.policy_version, await self.publisher.current_version()) + 1
         partial = self.config.trainer.sync == "changed" and self.published_in_full
         only = set(self.trainer.trainable) if partial else None
-        seconds = await self.publisher.publish(version, self.model, only)
+        seconds = await self.publisher.publish(
+            version, self.model, only, drain=self.orchestrator.drains_updates
+        )
         self.published_in_full = True
         self.state.policy_version = version
         return seconds
@@ -244,20 +246,23 @@ class TrainingRun:
         on_batch: BatchHook | None = None,
     ) -> int:
         """RL steps until `trainer.steps` (or a stop request); returns the last step."""
-        config, state = self.config.trainer, self.state
+        config, state, orchestrator = self.config.trainer, self.state, self.orchestrator
         started = time.perf_counter()
-        await self.orchestrator.schedule(state.policy_version)
+        await orchestrator.schedule(state.policy_version)
         while state.step < config.steps and not await stop_requested():
-            waited = await self.orchestrator.next_batch(state.policy_version)
+            waited = await orchestrator.next_batch(state.policy_version)
+            more = state.step + 1 < config.steps  # the last step leaves no rollouts behind
+            if more and orchestrator.overlaps_training:  # generate while the trainer trains
+                await orchestrator.schedule(state.policy_version + 1)
             groups = [g.trajectories for g in waited.batch.groups]
             stats = await asyncio.to_thread(self.trainer.step, groups)
             if on_batch is not None:
                 on_batch(state.step + 1, groups, stats)
             state.step += 1
-            self.orchestrator.hint_tier = self.curriculum.update(stats.pass_rate)
+            orchestrator.hint_tier = self.curriculum.update(stats.pass_rate)
             sync_seconds = await self.publish()
-            if state.step < config.steps:  # the last step leaves no rollouts behind
-                await self.orchestrator.schedule(state.policy_version)
+            if more and not orchestrator.overlaps_training:
+                await orchestrator.schedule(state.policy_version)
             self.pending_acks.append(waited)
             if state.step % config.checkpoint_every == 0 or state.step == config.steps:
                 await self.checkpoint()

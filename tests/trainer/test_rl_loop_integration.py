@@ -29,12 +29,14 @@ from tests.trainer.conftest import endpoints, register, worker_spec
 
 pytestmark = pytest.mark.integration
 
-# Short episodes: the loop, not the policy's skill, is under test.
+# Short episodes: the loop, not the policy's skill, is under test. No staleness, so every
+# token is sampled by the weights the trainer steps from (their numerics must agree).
 LOOP_CONFIG = {
     "name": "loop",
     "tasks": {"train_limit": 2, "eval_limit": 0},
     "sft": {"enabled": False},
-    "rollout": {"group_size": 2, "groups_per_step": 2, "over_provision": 0, "max_turns": 2,
+    "rollout": {"group_size": 2, "groups_per_step": 2, "over_provision": 0, "max_staleness": 0,
+                "max_turns": 2,
                 "max_new_tokens": 32, "max_episode_tokens": 1800, "concurrency": 4},
     "trainer": {"steps": 2, "lr": 1e-4, "micro_batch": 2, "keep_checkpoints": 3},
 }  # fmt: skip

@@ -49,6 +49,11 @@ class InferenceServiceStub:
                 request_serializer=etude_dot_api_dot_v1_dot_inference__pb2.GetPolicyRequest.SerializeToString,
                 response_deserializer=etude_dot_api_dot_v1_dot_inference__pb2.PolicyInfo.FromString,
                 _registered_method=True)
+        self.GetLoad = channel.unary_unary(
+                '/etude.api.v1.InferenceService/GetLoad',
+                request_serializer=etude_dot_api_dot_v1_dot_inference__pb2.GetLoadRequest.SerializeToString,
+                response_deserializer=etude_dot_api_dot_v1_dot_inference__pb2.EngineLoad.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -63,7 +68,8 @@ class InferenceServiceServicer:
 
     def UpdateWeights(self, request_iterator, context):
         """Replace the policy weights. The first message carries the version; the rest carry
-        tensor data. Generation in flight continues under the new weights.
+        tensor data. Generation in flight continues under the new weights (mid-completion:
+        the partial-rollout mode), or, with `drain`, finishes under the old ones first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -71,6 +77,13 @@ class InferenceServiceServicer:
 
     def GetPolicy(self, request, context):
         """The policy currently served.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLoad(self, request, context):
+        """How busy the engine is and which version it serves: what a router balances on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -93,6 +106,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.GetPolicy,
                     request_deserializer=etude_dot_api_dot_v1_dot_inference__pb2.GetPolicyRequest.FromString,
                     response_serializer=etude_dot_api_dot_v1_dot_inference__pb2.PolicyInfo.SerializeToString,
+            ),
+            'GetLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLoad,
+                    request_deserializer=etude_dot_api_dot_v1_dot_inference__pb2.GetLoadRequest.FromString,
+                    response_serializer=etude_dot_api_dot_v1_dot_inference__pb2.EngineLoad.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +194,33 @@ class InferenceService:
             '/etude.api.v1.InferenceService/GetPolicy',
             etude_dot_api_dot_v1_dot_inference__pb2.GetPolicyRequest.SerializeToString,
             etude_dot_api_dot_v1_dot_inference__pb2.PolicyInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etude.api.v1.InferenceService/GetLoad',
+            etude_dot_api_dot_v1_dot_inference__pb2.GetLoadRequest.SerializeToString,
+            etude_dot_api_dot_v1_dot_inference__pb2.EngineLoad.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,22 @@
+"""Settings of a simulated backend (`ETUDE_SIM__*`): the inference, environment and reward
+services read them when their backend is `sim`."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from etude.common.settings import Section
+from etude.sim.clock import SimClock
+from etude.sim.scenario import Scenario, load_scenario
+
+
+class SimConfig(Section):
+    scenario: str = "default"
+    """A bundled scenario (`default`, `local`) or a scenario YAML file (etude.sim.scenario)."""
+    time_scale: float | None = Field(default=None, gt=0, le=1e6)
+    """Simulated seconds per real second; unset: the scenario's."""
+
+    def load(self) -> tuple[Scenario, SimClock]:
+        overrides = {} if self.time_scale is None else {"time_scale": self.time_scale}
+        scenario = load_scenario(self.scenario, **overrides)
+        return scenario, SimClock(scenario.time_scale)
