@@ -176,6 +176,20 @@ class QueueStats:
     """Idle time of the oldest (lowest id) pending entry; 0 when none is pending."""
 
 
+def queue_client(
+    url: str, *, max_connections: int = 64, socket_timeout: float = 30.0
+) -> aioredis.Redis:
+    """A Redis client for work queues shared by many concurrent tasks. redis-py's own pool
+    refuses a command once `max_connections` (100 by default) are in use ("Too many
+    connections"): a rollout worker running hundreds of episodes would fail their writes.
+    Here a command past the limit waits for a free connection instead."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=socket_timeout,
+        socket_timeout=socket_timeout,
+    )  # fmt: skip
+    return aioredis.Redis(connection_pool=pool)
+
+
 class WorkQueue:
     """One consumer's (or producer's) handle on a stream and its consumer group."""
 

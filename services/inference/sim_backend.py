@@ -212,14 +212,17 @@ class SimBackend:
     def _delta(self, seq: _Sequence, stop: tuple[int, ...]) -> CompletionDelta:
         n = seq.total
         versions: list[int] = []
+        logprobs: list[float] = []
         bounds = [*seq.versions, (n, 0)]
         for (start, version), (end, _) in itertools.pairwise(bounds):
-            versions += [version] * (min(end, n) - min(start, n))
+            count = min(end, n) - min(start, n)
+            versions += [version] * count
+            logprobs += [behaviour_logprob(version)] * count
         tokens = [FILLER_TOKEN] * n
         if seq.stopped:
             tokens[-1] = stop[0]
         return CompletionDelta(
-            index=0, token_ids=tokens, logprobs=[behaviour_logprob(v) for v in versions],
+            index=0, token_ids=tokens, logprobs=logprobs,
             policy_versions=versions, text=seq.text if seq.stopped else "",
             finish_reason="stop" if seq.stopped else "length",
         )  # fmt: skip

@@ -13,9 +13,13 @@ What comes back is plain data (etude.rollout.types). The schedule needs only the
 agent loop, the scripted solvers and the honesty check load when `InProcessEpisodes` is
 built (imported inside the call), so a reader of the queue does not pay for them.
 
-The orchestrator in detail: it keeps `groups_per_step + over_provision` groups in flight; the
-trainer steps as soon as `groups_per_step` of them are complete, and stragglers feed the next
-step (GroupCollector). Every rollout entry carries `min_policy_version = trainer version −
+The orchestrator in detail: it keeps `groups_per_step + over_provision` groups' worth of
+rollouts running (one back from a worker no longer counts, though its group waits for the
+others), and at most
+`groups_per_step × (max_staleness + 1) + over_provision` open; the trainer steps as soon as
+`groups_per_step` of them are complete, and stragglers feed the next step (GroupCollector).
+Except under the `sync` schedule, new groups are queued as others complete, while the
+trainer waits and while it trains. Every rollout entry carries `min_policy_version = trainer version −
 max_staleness`: a worker never starts it on an older policy. Trajectory entries are
 acknowledged only after the step that used them is checkpointed, so a trainer that crashes
 mid-step finds them again; those of groups already trained on (recorded in the checkpoint)
@@ -145,6 +149,9 @@ class Orchestrator:
         if schedule == "sync":  # on-policy: one step's groups, all under the step's version
             over_provision = max_staleness = 0
         self.in_flight_target = groups_per_step + over_provision
+        # Complete groups wait for the trainer, and each step they wait is a version of
+        # staleness: no more open than `max_staleness + 1` steps' worth (AReaL's bound).
+        self.max_open = groups_per_step * (max_staleness + 1) + over_provision
         self.max_staleness = max_staleness
         self.poll_ms = poll_ms
         # The hint tier new rollouts are scheduled at (a curriculum lowers it as the run
@@ -193,11 +200,17 @@ class Orchestrator:
         return self.schedule_mode != "async_partial"
 
     async def schedule(self, trainer_version: int) -> int:
-        """Queue new groups until `in_flight_target` are open; returns how many were added.
+        """Queue new groups until `in_flight_target` groups' worth of rollouts are running
+        (a rollout back from a worker no longer holds an engine), at most `max_open` groups
+        open; returns how many were added.
         `trainer_version`: the trainer's version when these will be trained at the
         earliest — no rollout of them starts on a policy more than `max_staleness` behind."""
         added = []
-        while self.collector.open_groups + len(added) < self.in_flight_target:
+        running, opened = self.collector.running_rollouts, self.collector.open_groups
+        while (
+            running + len(added) * self.group_size < self.in_flight_target * self.group_size
+            and opened + len(added) < self.max_open
+        ):
             task = self.tasks.next()
             group_id = f"g{self.next_group:06d}-{task.id}"
             self.next_group += 1
@@ -220,6 +233,8 @@ class Orchestrator:
         """Wait until enough groups are complete; the oldest of them, with their entry ids."""
         started = time.perf_counter()
         while (batch := self.collector.take(trainer_version)) is None:
+            if self.overlaps_training:  # a group done: its rollouts' places go to new ones
+                await self.schedule(trainer_version + 1)
             for delivery in await self.trajectories.get(count=64, block_ms=self.poll_ms):
                 trajectory = delivery.payload
                 assert isinstance(trajectory, Trajectory)

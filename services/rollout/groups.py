@@ -11,15 +11,19 @@ handed out twice.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import compress
 
 from etude.common.payloads import Trajectory
 from etude.rollout.types import Group, StepBatch
 
 
 def oldest_version(trajectory: Trajectory) -> int:
-    sampled = [v for v, m in zip(trajectory.policy_versions, trajectory.loss_mask,
-                                 strict=True) if m]  # fmt: skip
-    return min(sampled, default=-1)
+    """The oldest version among the tokens the policy sampled; -1 when it sampled none."""
+    return min(compress(trajectory.policy_versions, trajectory.loss_mask), default=-1)
+
+
+def newest_version(trajectory: Trajectory) -> int:
+    return max(compress(trajectory.policy_versions, trajectory.loss_mask), default=-1)
 
 
 def may_start(policy_version: int, trainer_version: int, max_staleness: int) -> bool:
@@ -66,6 +70,11 @@ class GroupCollector:
         """Scheduled groups not yet handed to the trainer (complete or still running)."""
         return len(self._open)
 
+    @property
+    def running_rollouts(self) -> int:
+        """Rollouts scheduled and not yet back."""
+        return sum(g.size - len(g.trajectories) for g in self._open.values())
+
     def snapshot(self) -> dict:
         """What a resumed trainer needs: the groups still expected (their trajectories are
         redelivered from the stream) and those already trained on (never again)."""
@@ -90,5 +99,12 @@ class GroupCollector:
         for group in ready:
             del self._open[group.group_id]
             self._handed_out.add(group.group_id)
-        staleness = [trainer_version - oldest_version(t) for g in ready for t in g.trajectories]
-        return StepBatch(ready, staleness)
+        trajectories = [t for g in ready for t in g.trajectories]
+        oldest = [oldest_version(t) for t in trajectories]
+        newest = [newest_version(t) for t in trajectories]
+        return StepBatch(
+            ready,
+            staleness=[trainer_version - o for o in oldest],
+            in_flight=[n - o for o, n in zip(oldest, newest, strict=True)],
+            in_queue=[trainer_version - n for n in newest],
+        )

@@ -73,6 +73,21 @@ FAILURES = Counter(
     ["kind"],
 )
 IN_FLIGHT = Gauge("etude_rollout_in_flight", "Rollouts this worker is running now.")
+ROUTER_DECISIONS = Counter(
+    "etude_router_decisions_total",
+    "Generation requests routed, by decision: affinity (to the engine holding the episode's "
+    "prefix), spilled (it was overloaded or behind), least_loaded (a first turn), round_robin.",
+    ["decision"],
+)
+ROUTER_ADMISSIONS = Counter(
+    "etude_router_admissions_total",
+    "Engines admitted to routing once they served the current policy version.",
+)
+ENGINE_OUTSTANDING = Gauge(
+    "etude_router_engine_outstanding",
+    "Sequences running or waiting on each inference engine, as it last reported.",
+    ["engine"],
+)
 
 
 def record_episode(trajectory: Trajectory) -> None:

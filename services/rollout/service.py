@@ -11,6 +11,7 @@ import socket
 import redis.asyncio as aioredis
 
 from etude.common.payloads import RolloutRequest
+from etude.common.queue import queue_client
 from etude.common.run_config import RunConfig, parse_run_config
 from etude.common.runs import RunRegistry
 from etude.environment.client import GrpcEnvironment
@@ -47,7 +48,7 @@ async def build_worker(
     settings: RolloutSettings, resources: contextlib.AsyncExitStack, run: RunConfig | None = None
 ) -> RolloutWorker:
     config = settings.rollout
-    client = aioredis.Redis.from_url(settings.redis.url, socket_timeout=30)
+    client = queue_client(settings.redis.url)
     resources.push_async_callback(client.aclose)
     run = run or await read_run_config(client, config.run_id)
     consumer = config.consumer or f"{socket.gethostname()}-{os.getpid()}"

@@ -40,6 +40,10 @@ class StepBatch:
     groups: list[Group]
     staleness: list[int]
     """Per trajectory: trainer version − the oldest policy version among its tokens."""
+    in_flight: list[int] = field(default_factory=list)
+    """Per trajectory: versions published while it was sampled (newest − oldest token)."""
+    in_queue: list[int] = field(default_factory=list)
+    """Per trajectory: versions published after its last token, until it is trained."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ class RolloutWorker:
         concurrency: int = 8,
         heartbeat_seconds: float = 5.0,
         poll_ms: int = 500,
+        policy_poll_seconds: float = 0.2,
     ) -> None:
         self.rollouts = rollouts
         self.trajectories = trajectories
@@ -58,6 +59,7 @@ class RolloutWorker:
         self.concurrency = concurrency
         self.heartbeat_seconds = heartbeat_seconds
         self.poll_ms = poll_ms
+        self.policy_poll_seconds = policy_poll_seconds
         self.completed = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -73,6 +75,16 @@ class RolloutWorker:
 
     async def _consume(self, stop: asyncio.Event) -> None:
         running: set[asyncio.Task[None]] = set()
+        try:
+            await self._take(stop, running)
+        except asyncio.CancelledError:  # cancelled: its episodes too (their entries stay
+            for task in running:  # pending, and a live worker reclaims them)
+                task.cancel()
+            raise
+        if running:  # stop: finish what was started, take nothing new
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _take(self, stop: asyncio.Event, running: set[asyncio.Task[None]]) -> None:
         while not stop.is_set():
             if len(running) >= self.concurrency:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -89,8 +101,6 @@ class RolloutWorker:
                 task = asyncio.create_task(self._handle(delivery))
                 running.add(task)
                 task.add_done_callback(running.discard)
-        if running:  # stop: finish what was started, take nothing new
-            await asyncio.gather(*running, return_exceptions=True)
 
     async def _handle(self, delivery: Delivery) -> None:
         request = delivery.payload
@@ -137,4 +147,4 @@ class RolloutWorker:
         """Bounded staleness at start: never begin on a policy older than the entry allows
         (inference may not have received the trainer's newest weights yet)."""
         while await self.policy_version() < min_version:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(self.policy_poll_seconds)

@@ -10,12 +10,15 @@ import json
 import math
 import random
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from etude.common.payloads import Trajectory
 from etude.sim.scenario import EpisodeShapes
+
+_REMEMBERED = 100_000  # episodes whose shapes are kept (a fleet runs a few thousand at once)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +43,20 @@ class ShapeSource:
         self.shapes = shapes
         self.seed = seed
         self.recorded = read_shapes(shapes.replay) if shapes.replay else []
+        self._drawn: OrderedDict[str, EpisodeShape] = OrderedDict()
 
     def _rng(self, key: str, salt: str = "") -> random.Random:
         return random.Random(zlib.crc32(f"{self.seed}:{key}:{salt}".encode()))
 
     def shape(self, key: str) -> EpisodeShape:
+        shape = self._drawn.get(key)
+        if shape is None:  # every turn of an episode asks: draw it once
+            shape = self._drawn[key] = self._draw(key)
+            if len(self._drawn) > _REMEMBERED:
+                self._drawn.popitem(last=False)
+        return shape
+
+    def _draw(self, key: str) -> EpisodeShape:
         rng = self._rng(key)
         if self.recorded:
             return self.recorded[rng.randrange(len(self.recorded))]

@@ -26,6 +26,20 @@ STALENESS = Histogram(
     "Versions between the trainer and the oldest token of each trajectory it trains on.",
     buckets=(0, 1, 2, 3, 4, 6, 8, 16),
 )
+STALENESS_IN_FLIGHT = Histogram(
+    "etude_trainer_staleness_in_flight",
+    "Versions published while each trained trajectory was sampled (partial rollouts: > 0).",
+    buckets=(0, 1, 2, 3, 4, 6, 8, 16),
+)
+STALENESS_IN_QUEUE = Histogram(
+    "etude_trainer_staleness_in_queue",
+    "Versions published between each trained trajectory's last token and its step.",
+    buckets=(0, 1, 2, 3, 4, 6, 8, 16),
+)
+TRAINER_IDLE = Gauge(
+    "etude_trainer_idle_fraction",
+    "Share of the RL loop's time the trainer waited for rollouts, since the run started.",
+)
 POLICY_VERSION = Gauge("etude_trainer_policy_version", "The newest published policy version.")
 STEP = Gauge("etude_trainer_step", "RL steps done.")
 LOSS = Gauge("etude_trainer_loss", "Loss of the last step.")

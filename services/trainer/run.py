@@ -20,11 +20,10 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import redis.asyncio as aioredis
-
 from etude.common.auth import metrics_authorizer
 from etude.common.metrics import start_metrics_endpoint
 from etude.common.payloads import Trajectory
+from etude.common.queue import queue_client
 from etude.common.run_config import RunConfig
 from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings
@@ -41,6 +40,7 @@ from etude.tasks.taskset import load_taskset, training_tiers
 from etude.trainer import checkpoint, metrics, sft_cache
 from etude.trainer.publish import WeightPublisher
 from etude.trainer.report import Reporter
+from etude.trainer.rl_loop import RLLoop, StepDone
 from etude.trainer.sft import sft_train
 from etude.trainer.trainer import PolicyTrainer, StepStats
 from etude.trainer.types import Endpoints
@@ -92,7 +92,7 @@ class TrainingRun:
             log.info("resumed from %s (step %d)", latest, self.state.step)
 
         enter = self.resources.push_async_callback
-        self.redis = aioredis.Redis.from_url(self.endpoints.redis_url, socket_timeout=30)
+        self.redis = queue_client(self.endpoints.redis_url)
         enter(self.redis.aclose)
         self.registry = RunRegistry(self.redis)
         environment = GrpcEnvironment(self.endpoints.environment, settings.client)
@@ -246,34 +246,37 @@ class TrainingRun:
         on_batch: BatchHook | None = None,
     ) -> int:
         """RL steps until `trainer.steps` (or a stop request); returns the last step."""
-        config, state, orchestrator = self.config.trainer, self.state, self.orchestrator
-        started = time.perf_counter()
-        await orchestrator.schedule(state.policy_version)
-        while state.step < config.steps and not await stop_requested():
-            waited = await orchestrator.next_batch(state.policy_version)
-            more = state.step + 1 < config.steps  # the last step leaves no rollouts behind
-            if more and orchestrator.overlaps_training:  # generate while the trainer trains
-                await orchestrator.schedule(state.policy_version + 1)
-            groups = [g.trajectories for g in waited.batch.groups]
-            stats = await asyncio.to_thread(self.trainer.step, groups)
+        config, state = self.config.trainer, self.state
+
+        def trained(step: int, groups: list[list[Trajectory]], stats: StepStats) -> None:
             if on_batch is not None:
-                on_batch(state.step + 1, groups, stats)
-            state.step += 1
-            orchestrator.hint_tier = self.curriculum.update(stats.pass_rate)
-            sync_seconds = await self.publish()
-            if more and not orchestrator.overlaps_training:
-                await orchestrator.schedule(state.policy_version)
-            self.pending_acks.append(waited)
-            if state.step % config.checkpoint_every == 0 or state.step == config.steps:
+                on_batch(step, groups, stats)
+            state.step = step
+            self.orchestrator.hint_tier = self.curriculum.update(stats.pass_rate)
+
+        async def publish() -> tuple[int, float]:
+            seconds = await self.publish()
+            return state.policy_version, seconds
+
+        async def record(done: StepDone) -> None:
+            self.pending_acks.append(done.waited)
+            if done.step % config.checkpoint_every == 0 or done.step == config.steps:
                 await self.checkpoint()
-            values = self._step_values(stats, waited, sync_seconds, time.perf_counter() - started)
-            self.reporter.log(state.step, values)
+            values = self._step_values(done.stats, done.waited, done.sync_seconds, done.elapsed)
+            self.reporter.log(done.step, values)
             await self.registry.update(
-                self.run_id, step=state.step, policy_version=state.policy_version, metrics=values
+                self.run_id, step=done.step, policy_version=done.version, metrics=values
             )
             on_step(values)
+
+        started = time.perf_counter()
+        loop = RLLoop(self.orchestrator, self.trainer.step, publish)
+        step = await loop.run(
+            step=state.step, version=state.policy_version, steps=config.steps,
+            stop_requested=stop_requested, on_trained=trained, on_step=record,
+        )  # fmt: skip
         self.totals["rl_seconds"] += time.perf_counter() - started
-        return state.step
+        return step
 
     async def checkpoint(self) -> Path:
         self.state.extra = {"orchestrator": self.orchestrator.snapshot(), "totals": self.totals,
@@ -295,8 +298,12 @@ class TrainingRun:
         totals["wait_seconds"] += waited.waited_seconds
         totals["late"] = self.orchestrator.collector.late
         staleness = waited.batch.staleness
-        for versions_behind in staleness:
-            metrics.STALENESS.observe(versions_behind)
+        for histogram, values in ((metrics.STALENESS, staleness),
+                                  (metrics.STALENESS_IN_FLIGHT, waited.batch.in_flight),
+                                  (metrics.STALENESS_IN_QUEUE, waited.batch.in_queue)):  # fmt: skip
+            for versions_behind in values:
+                histogram.observe(versions_behind)
+        metrics.TRAINER_IDLE.set(totals["wait_seconds"] / max(elapsed, 1e-9))
         trajectories = [t for g in waited.batch.groups for t in g.trajectories]
         return {
             **stats.as_dict(),

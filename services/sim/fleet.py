@@ -1,0 +1,295 @@
+"""A simulated fleet on the real scheduler: engines, sandboxes, grading and the trainer's
+compute take simulated time (the `sim` backends), and everything between them is the real
+code — a redis-server's streams, the orchestrator and its GroupCollector, a rollout worker
+running the agent loop, the router, Serving's weight updates, the RL loop, weight
+publishing and policy versions.
+
+    fleet = SimulatedFleet(scenario, redis_url, FleetPlan(engines=16, schedule="sync"))
+    result = await fleet.run()
+
+Like `etude.cli.stack`, this module assembles services' parts; nothing imports it but the
+benchmark (`loadtests/rollout_sim.py`) and its tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from etude.common.payloads import RolloutRequest, Trajectory
+from etude.common.queue import queue_client
+from etude.common.run_config import RolloutConfig
+from etude.common.settings import QueueSettings
+from etude.environment.sim import SimEnvironment
+from etude.inference.local import InProcessInference
+from etude.inference.sim_backend import SimBackend
+from etude.reward.sim import SimScorer
+from etude.rollout.agent import EpisodeRunner, TurnSampler
+from etude.rollout.client import Orchestrator, TaskCycle
+from etude.rollout.router import Router
+from etude.rollout.samplers import PolicySampler
+from etude.rollout.streams import rollout_key, rollout_queue, trajectory_queue
+from etude.rollout.worker import RolloutWorker
+from etude.sim.clock import SimClock
+from etude.sim.scenario import Scenario
+from etude.sim.tokenizer import WordTokenizer
+from etude.tasks.materialize import BUNDLED_TASK_FILES
+from etude.tasks.store import TaskStore
+from etude.trainer.publish import WeightPublisher
+from etude.trainer.rl_loop import RLLoop, StepDone
+from etude.trainer.simulated import SimulatedTrainer
+
+Schedule = Literal["sync", "async", "async_partial"]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPlan:
+    engines: int = 16
+    schedule: Schedule = "async_partial"
+    routing: Literal["load_aware", "round_robin"] = "load_aware"
+    group_size: int = 8
+    groups_per_step: int = 64
+    over_provision: int = 64
+    """Extra groups in flight: with the defaults, 1,024 rollouts for 16 × 64 sequences."""
+    max_staleness: int = 2
+    simulated_seconds: float = 3600.0
+    """Steps start until this much simulated time has passed."""
+    max_steps: int = 1000
+
+
+@dataclass(slots=True)
+class FleetResult:
+    plan: FleetPlan
+    simulated_seconds: float
+    """From the first schedule to the end of the last step."""
+    steps: int
+    trained: int
+    """Trajectories trained on."""
+    trainer_waited: float
+    """Simulated seconds the trainer sat waiting for complete groups."""
+    staleness: list[int] = field(default_factory=list)
+    in_flight: list[int] = field(default_factory=list)
+    in_queue: list[int] = field(default_factory=list)
+    episode_seconds: list[float] = field(default_factory=list)
+    """Simulated duration of every finished episode (trained or not)."""
+    decisions: dict[str, int] = field(default_factory=dict)
+    admissions: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    real_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    """CPU time of this process (orchestrator, worker, router, trainer loop, engines)."""
+    queue_entries: int = 0
+    """Rollout and trajectory entries written to Redis."""
+    occupancy: float = 0.0
+    """Mean share of the engines' sequence slots decoding or prefilling, sampled."""
+    sync_never_stale: bool = True
+    """With `sync`: every trained token was sampled by the step's own version."""
+
+    step_ends: list[float] = field(default_factory=list)
+    """Simulated time at the end of each step."""
+    step_trained: list[int] = field(default_factory=list)
+    step_waited: list[float] = field(default_factory=list)
+    """Simulated seconds the trainer waited before each step."""
+
+    @property
+    def steady_seconds(self) -> float:
+        """From the end of the first step (the pipeline filled) to the end of the last."""
+        return self.step_ends[-1] - self.step_ends[0] if len(self.step_ends) > 1 else 0.0
+
+    @property
+    def throughput_per_hour(self) -> float:
+        """Trajectories trained per simulated hour, in the steady state."""
+        return sum(self.step_trained[1:]) / max(self.steady_seconds, 1e-9) * 3600
+
+    @property
+    def trainer_idle(self) -> float:
+        """Share of the steady state the trainer waited for rollouts."""
+        return sum(self.step_waited[1:]) / max(self.steady_seconds, 1e-9)
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.cached_prompt_tokens / max(1, self.prompt_tokens)
+
+
+class _TimedRunner(EpisodeRunner):
+    """The agent loop, each episode's simulated duration recorded."""
+
+    def __init__(self, *args, clock: SimClock, durations: list[float], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.clock, self.durations = clock, durations
+
+    async def run(self, request: RolloutRequest, task, sampler: TurnSampler) -> Trajectory:
+        started = self.clock.now()
+        trajectory = await super().run(request, task, sampler)
+        self.durations.append(self.clock.now() - started)
+        return trajectory
+
+
+def rollout_config(plan: FleetPlan) -> RolloutConfig:
+    """Episodes as long as the scenario makes them: the shapes, not the limits, end them."""
+    return RolloutConfig(
+        group_size=plan.group_size, groups_per_step=plan.groups_per_step,
+        over_provision=plan.over_provision, max_staleness=plan.max_staleness,
+        schedule=plan.schedule, max_turns=10_000, max_new_tokens=1 << 20,
+        max_episode_tokens=1 << 22, max_tool_output_chars=1 << 20, wall_clock_seconds=86_400,
+        concurrency=4096,
+    )  # fmt: skip
+
+
+class SimulatedFleet:
+    def __init__(self, scenario: Scenario, redis_url: str, plan: FleetPlan, run_id: str) -> None:
+        self.scenario = scenario
+        self.redis_url = redis_url
+        self.plan = plan
+        self.run_id = run_id
+
+    async def run(self) -> FleetResult:
+        plan, scenario = self.plan, self.scenario
+        clock = SimClock(scenario.time_scale)
+        tokenizer = WordTokenizer()
+        engines = [InProcessInference(SimBackend(scenario, clock)) for _ in range(plan.engines)]
+        router = Router(engines, strategy=plan.routing, refresh_seconds=0.02)
+        config = rollout_config(plan)
+        durations: list[float] = []
+        runner = _TimedRunner(
+            SimEnvironment(scenario, clock), SimScorer(scenario, clock), tokenizer, config,
+            lambda task: Path("/simulated"), clock=clock, durations=durations,
+        )  # fmt: skip
+        tasks = TaskStore(BUNDLED_TASK_FILES)
+        queue = QueueSettings(claim_idle_seconds=3600)
+        client = queue_client(self.redis_url, socket_timeout=60)
+        orchestrator = Orchestrator(
+            run_id=self.run_id, rollouts=rollout_queue(client, self.run_id, "orchestrator", queue),
+            trajectories=trajectory_queue(client, self.run_id, "trainer", queue),
+            tasks=TaskCycle(list(tasks.tasks.values()), seed=scenario.seed),
+            group_size=plan.group_size, groups_per_step=plan.groups_per_step,
+            over_provision=plan.over_provision, max_staleness=plan.max_staleness,
+            schedule=plan.schedule, poll_ms=50,
+        )  # fmt: skip
+        await orchestrator.start()
+
+        def sampler_for(request: RolloutRequest) -> PolicySampler:
+            return PolicySampler(router, tokenizer, request_id=rollout_key(request))
+
+        worker = RolloutWorker(
+            rollouts=rollout_queue(client, self.run_id, "worker", queue),
+            trajectories=trajectory_queue(client, self.run_id, "worker", queue),
+            runner=runner, tasks=tasks, sampler_for=sampler_for,
+            policy_version=router.policy_version,
+            concurrency=(plan.groups_per_step + plan.over_provision) * plan.group_size,
+            heartbeat_seconds=600, poll_ms=20, policy_poll_seconds=0.01,
+        )  # fmt: skip
+        trainer = SimulatedTrainer(scenario, clock)
+        publisher = WeightPublisher(engines)
+        weights = torch.nn.Module()  # nothing to send: a sim engine's load time is modelled
+        version = 0
+
+        async def publish() -> tuple[int, float]:
+            nonlocal version
+            version += 1
+            drain = orchestrator.drains_updates
+            seconds = await publisher.publish(version, weights, drain=drain)
+            return version, seconds
+
+        result = FleetResult(plan, 0.0, 0, 0, 0.0)
+        started_sim = clock.now()
+
+        async def record(done: StepDone) -> None:
+            batch = done.waited.batch
+            result.steps = done.step
+            result.trained += sum(len(g.trajectories) for g in batch.groups)
+            waited = done.waited.waited_seconds * scenario.time_scale
+            result.trainer_waited += waited
+            result.step_waited.append(waited)
+            result.step_trained.append(sum(len(g.trajectories) for g in batch.groups))
+            result.staleness += batch.staleness
+            result.in_flight += batch.in_flight
+            result.in_queue += batch.in_queue
+            if plan.schedule == "sync" and any(batch.staleness):
+                result.sync_never_stale = False
+            result.simulated_seconds = clock.now() - started_sim
+            result.step_ends.append(result.simulated_seconds)
+            await orchestrator.acknowledge(done.waited)
+
+        async def out_of_time() -> bool:
+            return clock.now() - started_sim >= plan.simulated_seconds
+
+        await publish()  # every engine on version 1 before the first rollout
+        working = asyncio.create_task(worker.run(asyncio.Event()))
+        samples: list[float] = []
+
+        async def sample_occupancy() -> None:
+            slots = plan.engines * scenario.engine.max_num_seqs
+            while True:
+                await clock.sleep(10.0)
+                samples.append(sum(e.backend.stats().running for e in engines) / slots)
+
+        sampling = asyncio.create_task(sample_occupancy())
+        cpu, real = time.process_time(), time.perf_counter()
+        try:
+            await RLLoop(orchestrator, trainer.step, publish).run(
+                step=0, version=version, steps=plan.max_steps, stop_requested=out_of_time,
+                on_step=record,
+            )  # fmt: skip
+        finally:
+            result.real_seconds = time.perf_counter() - real
+            result.cpu_seconds = time.process_time() - cpu
+            sampling.cancel()
+            result.occupancy = sum(samples) / max(1, len(samples))
+            working.cancel()  # and its episodes, before their engines stop
+            with contextlib.suppress(asyncio.CancelledError):
+                await working
+            await router.close()
+            for engine in engines:
+                await engine.close()
+            scheduled = orchestrator.next_group * plan.group_size
+            result.queue_entries = scheduled + worker.completed
+            await client.delete(orchestrator.rollouts.stream, orchestrator.trajectories.stream)
+            await client.aclose()
+        stats = router.stats()
+        backends = [e.backend for e in engines]
+        return dataclasses.replace(
+            result, episode_seconds=durations, decisions=stats.decisions,
+            admissions=stats.admissions,
+            prompt_tokens=sum(b.prompt_tokens for b in backends),
+            cached_prompt_tokens=sum(b.cached_prompt_tokens for b in backends),
+        )  # fmt: skip
+
+
+def balanced_trainer(scenario: Scenario, plan: FleetPlan, samples: int = 4000) -> Scenario:
+    """The scenario with the trainer's per-token time set so that one step's training takes
+    as long as the fleet takes to generate one step's rollouts when every engine slot is busy
+    (the expected episode, decoding at a full batch, plus its tool calls, session and
+    scoring): generation and training balanced, as a serious deployment sizes them."""
+    import random
+
+    from etude.sim.episodes import ShapeSource
+
+    rng = random.Random(scenario.seed)
+    shapes = ShapeSource(scenario.episodes, scenario.seed)
+    engine = scenario.engine
+    step = engine.step_seconds(engine.max_num_seqs)
+    total_tokens = total_seconds = 0.0
+    for i in range(samples):
+        shape = shapes.shape(f"balance-{i}")
+        seconds = shape.tokens * step + scenario.score_seconds.draw(rng)
+        seconds += scenario.session_seconds.draw(rng)
+        for turn in shape.turns:
+            calls = [scenario.tools.default.draw(rng) for _ in range(turn.tool_calls)]
+            seconds += max(calls, default=0.0)
+        total_tokens += shape.tokens
+        total_seconds += seconds
+    rollouts = plan.groups_per_step * plan.group_size
+    slots = plan.engines * engine.max_num_seqs
+    generate_step = rollouts * (total_seconds / samples) / slots
+    tokens_per_step = rollouts * total_tokens / samples
+    per_token = max(0.0, generate_step - scenario.trainer_step_seconds) / tokens_per_step
+    return scenario.model_copy(update={"trainer_seconds_per_token": per_token})

@@ -1,0 +1,81 @@
+"""The RL steps, whatever trains and wherever the weights go: a `TrainingRun` runs it with
+the policy trainer and the inference endpoints, the simulated fleet
+(`loadtests/rollout_sim.py`) with a trainer and engines that only take simulated time.
+
+    wait for complete groups → (overlapping schedules: queue the next step's rollouts)
+    → train → publish version v+1 → (sync: queue the next step's rollouts, now on v+1)
+
+With the `sync` schedule nothing generates while the trainer trains: the next step's
+rollouts are queued once the new version is published. With `async` and `async_partial`
+they are queued as soon as a batch is taken, to run on the current version while the
+trainer trains (at most `max_staleness` versions behind the trainer when they are used).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from etude.common.payloads import Trajectory
+from etude.rollout.client import Orchestrator
+from etude.rollout.types import WaitedBatch
+from etude.trainer.trainer import StepStats
+
+
+@dataclass(frozen=True, slots=True)
+class StepDone:
+    step: int
+    version: int
+    """The version the step published."""
+    waited: WaitedBatch
+    stats: StepStats
+    sync_seconds: float
+    elapsed: float
+    """Seconds since the loop started."""
+
+
+class RLLoop:
+    def __init__(
+        self,
+        orchestrator: Orchestrator,
+        train: Callable[[list[list[Trajectory]]], StepStats],
+        publish: Callable[[], Awaitable[tuple[int, float]]],
+    ) -> None:
+        """`train` runs in a thread (it blocks); `publish` returns the version it published
+        and its seconds."""
+        self.orchestrator = orchestrator
+        self.train = train
+        self.publish = publish
+
+    async def run(
+        self,
+        *,
+        step: int,
+        version: int,
+        steps: int,
+        stop_requested: Callable[[], Awaitable[bool]],
+        on_trained: Callable[[int, list[list[Trajectory]], StepStats], None] = lambda *_: None,
+        on_step: Callable[[StepDone], Awaitable[None]],
+    ) -> int:
+        """Steps from `step` (the trainer at `version`) until `steps` or a stop request;
+        returns the last step. `on_trained` sees each batch before its weights go out."""
+        orchestrator = self.orchestrator
+        started = time.perf_counter()
+        await orchestrator.schedule(version)
+        while step < steps and not await stop_requested():
+            waited = await orchestrator.next_batch(version)
+            more = step + 1 < steps  # the last step leaves no rollouts behind
+            if more and orchestrator.overlaps_training:  # generate while the trainer trains
+                await orchestrator.schedule(version + 1)
+            groups = [g.trajectories for g in waited.batch.groups]
+            stats = await asyncio.to_thread(self.train, groups)
+            step += 1
+            on_trained(step, groups, stats)
+            version, sync_seconds = await self.publish()
+            if more and not orchestrator.overlaps_training:
+                await orchestrator.schedule(version)
+            elapsed = time.perf_counter() - started
+            await on_step(StepDone(step, version, waited, stats, sync_seconds, elapsed))
+        return step
