@@ -15,15 +15,14 @@ built (imported inside the call), so a reader of the queue does not pay for them
 
 The orchestrator in detail: it keeps `groups_per_step + over_provision` groups' worth of
 rollouts running (one back from a worker no longer counts, though its group waits for the
-others), and at most
-`groups_per_step × (max_staleness + 1) + over_provision` open; the trainer steps as soon as
-`groups_per_step` of them are complete, and stragglers feed the next step (GroupCollector).
-Except under the `sync` schedule, new groups are queued as others complete, while the
-trainer waits and while it trains. Every rollout entry carries `min_policy_version = trainer version −
-max_staleness`: a worker never starts it on an older policy. Trajectory entries are
-acknowledged only after the step that used them is checkpointed, so a trainer that crashes
-mid-step finds them again; those of groups already trained on (recorded in the checkpoint)
-are acknowledged and dropped.
+others), and at most `groups_per_step × (max_staleness + 1) + over_provision` open; the
+trainer steps as soon as `groups_per_step` of them are complete, and stragglers feed the
+next step (GroupCollector). Except under the `sync` schedule, new groups are queued as
+others complete, while the trainer waits and while it trains. Every rollout entry carries
+`min_policy_version = trainer version − max_staleness`: a worker never starts it on an older
+policy. Trajectory entries are acknowledged only after the step that used them is
+checkpointed, so a trainer that crashes mid-step finds them again; those of groups already
+trained on (recorded in the checkpoint) are acknowledged and dropped.
 """
 
 from __future__ import annotations
