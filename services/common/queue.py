@@ -25,6 +25,7 @@ exceed the `block_ms` given to `get`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -174,6 +175,15 @@ class QueueStats:
     """Entries in the dead-letter stream."""
     oldest_pending_idle_seconds: float
     """Idle time of the oldest (lowest id) pending entry; 0 when none is pending."""
+
+
+def raise_if_cancelled() -> None:
+    """For loops that retry when Redis is unavailable: redis-py can swallow a task's
+    cancellation mid-command (the call returns, or fails as a connection error), and a loop
+    that retries would then never end. Call it at the top of each round."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def queue_client(

@@ -11,7 +11,7 @@ import logging
 
 from prometheus_client import Gauge
 
-from etude.common.queue import QueueStats, QueueUnavailableError, WorkQueue
+from etude.common.queue import QueueStats, QueueUnavailableError, WorkQueue, raise_if_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ async def export_queue_stats_forever(queue: WorkQueue, interval_seconds: float =
     """Refresh the queue gauges until cancelled; run it as a task beside a consumer.
     A Redis outage is logged and retried: the gauges keep their last values meanwhile."""
     while True:
+        raise_if_cancelled()
         try:
             export_queue_stats(await queue.stats())
         except QueueUnavailableError as error:

@@ -7,9 +7,11 @@ GetLoad, a router — is the real code. What it models, in simulated seconds:
 * continuous batching: at most `max_num_seqs` sequences decode at once; a decode step takes
   `decode_step_seconds + decode_step_seconds_per_sequence × running`, and every running
   sequence gains one token per step (the rest wait);
-* prefill: prompt tokens not in the prefix cache cost `prefill_seconds_per_token`, one
-  prompt after another; the cache keeps the episodes it served last (LRU, in tokens), so a
-  turn sent to the engine that served the episode's previous turn prefills only what is new;
+* prefill: prompt tokens not in the prefix cache cost `prefill_seconds_per_token` of the
+  engine's time, during which no sequence decodes (a prefill takes the steps it shares with
+  decoding, as chunked prefill does); the cache keeps the episodes it served last (LRU, in
+  tokens), so a turn sent to the engine that served the episode's previous turn prefills
+  only what is new, and one sent elsewhere holds that engine for the whole episode so far;
 * weight updates: decoding holds for `parameter_bytes / weight_load_bytes_per_second`; the
   sequences in flight go on under the new version, token by token recorded.
 
@@ -114,8 +116,7 @@ class SimBackend:
         self._running: list[_Sequence] = []
         self._prefix: OrderedDict[str, int] = OrderedDict()  # episode -> tokens cached
         self._prefix_tokens = 0
-        self._prefill_free_at = 0.0
-        self._paused_until = 0.0
+        self._held_until = 0.0  # prefills and weight loads hold decoding until then
         self._last = clock.now()
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -177,16 +178,12 @@ class SimBackend:
         self._advance()
         load = self.model.weight_load_seconds
         now = self.clock.now()
-        self._paused_until = max(now, self._paused_until) + load
+        self._held_until = max(now, self._held_until) + load
         self._loading = version
-        for seq in self._running:  # prefill and decoding both wait for the load
+        for seq in self._running:  # every later token is decoded after the load
             seq.versions.append((math.floor(seq.done), version))
-            if seq.ready_at > now:
-                seq.ready_at += load
-        if self._prefill_free_at > now:
-            self._prefill_free_at += load
         self._wake.set()
-        await self.clock.sleep(self._paused_until - now)
+        await self.clock.sleep(self._held_until - now)
         self._version = version
         return count
 
@@ -246,7 +243,7 @@ class SimBackend:
     def _advance(self) -> None:
         """Bring every decoding sequence's count up to now."""
         now = self.clock.now()
-        start = max(self._last, min(self._paused_until, now))
+        start = max(self._last, min(self._held_until, now))
         if now > start:
             decoding = [s for s in self._running if s.ready_at < now]
             step = self.model.step_seconds(len(decoding))
@@ -264,16 +261,16 @@ class SimBackend:
             self.cached_prompt_tokens += cached
             if seq.key in self._prefix:
                 self._prefix.move_to_end(seq.key)
-            begin = max(now, self._prefill_free_at, self._paused_until)
-            self._prefill_free_at = begin + (prompt - cached) * self.model.prefill_seconds_per_token
-            seq.ready_at = self._prefill_free_at
+            prefill = (prompt - cached) * self.model.prefill_seconds_per_token
+            self._held_until = max(now, self._held_until) + prefill
+            seq.ready_at = self._held_until
             seq.versions.append((0, self._loading))
             self._running.append(seq)
 
     def _next_event(self, now: float) -> float:
         """Simulated seconds until something changes by itself."""
-        if now < self._paused_until:
-            return self._paused_until - now
+        if now < self._held_until:
+            return self._held_until - now
         decoding = sum(1 for s in self._running if s.ready_at <= now)
         step = self.model.step_seconds(decoding)
         soonest = math.inf

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from etude.common.payloads import RolloutRequest
-from etude.common.queue import Delivery, QueueUnavailableError, WorkQueue
+from etude.common.queue import Delivery, QueueUnavailableError, WorkQueue, raise_if_cancelled
 from etude.common.queue_metrics import export_queue_stats_forever
 from etude.rollout import metrics
 from etude.rollout.agent import EpisodeRunner, TurnSampler
@@ -61,6 +61,8 @@ class RolloutWorker:
         self.poll_ms = poll_ms
         self.policy_poll_seconds = policy_poll_seconds
         self.completed = 0
+        self.failed = 0
+        """Rollouts given back (to be retried or dead-lettered)."""
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.rollouts.ensure_group()
@@ -86,6 +88,7 @@ class RolloutWorker:
 
     async def _take(self, stop: asyncio.Event, running: set[asyncio.Task[None]]) -> None:
         while not stop.is_set():
+            raise_if_cancelled()
             if len(running) >= self.concurrency:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 continue
@@ -126,6 +129,7 @@ class RolloutWorker:
             metrics.ROLLOUT_SECONDS.observe(time.perf_counter() - started)
         except Exception as error:
             kind = type(error).__name__
+            self.failed += 1
             metrics.FAILURES.labels(kind).inc()
             log.warning("rollout %s failed (%s: %s)", rollout_key(request), kind, error)
             # If Redis is down the entry stays pending and is reclaimed once it is back.

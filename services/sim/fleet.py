@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -45,6 +46,7 @@ from etude.tasks.store import TaskStore
 from etude.trainer.publish import WeightPublisher
 from etude.trainer.rl_loop import RLLoop, StepDone
 from etude.trainer.simulated import SimulatedTrainer
+from etude.trainer.trainer import StepStats
 
 Schedule = Literal["sync", "async", "async_partial"]
 
@@ -86,6 +88,11 @@ class FleetResult:
     real_seconds: float = 0.0
     cpu_seconds: float = 0.0
     """CPU time of this process (orchestrator, worker, router, trainer loop, engines)."""
+    failed_rollouts: int = 0
+    """Rollouts a worker gave back: a simulation with any has measured an error path."""
+    loop_lag_p99: float = 0.0
+    """Real seconds the event loop was late waking a timer (p99): simulated time is real
+    time scaled, so a busy loop would stretch every modelled latency."""
     queue_entries: int = 0
     """Rollout and trajectory entries written to Redis."""
     occupancy: float = 0.0
@@ -151,7 +158,11 @@ class SimulatedFleet:
         self.plan = plan
         self.run_id = run_id
 
-    async def run(self) -> FleetResult:
+    async def run(
+        self, on_trained: Callable[[int, list[list[Trajectory]], StepStats], None] | None = None
+    ) -> FleetResult:
+        """Steps until the plan's simulated time is up; `on_trained` sees each step's
+        groups, as the RL loop passes them to the trainer."""
         plan, scenario = self.plan, self.scenario
         clock = SimClock(scenario.time_scale)
         tokenizer = WordTokenizer()
@@ -233,11 +244,20 @@ class SimulatedFleet:
                 samples.append(sum(e.backend.stats().running for e in engines) / slots)
 
         sampling = asyncio.create_task(sample_occupancy())
+        lags: list[float] = []
+
+        async def measure_lag() -> None:
+            while True:
+                before = time.perf_counter()
+                await asyncio.sleep(0.01)
+                lags.append(time.perf_counter() - before - 0.01)
+
+        lagging = asyncio.create_task(measure_lag())
         cpu, real = time.process_time(), time.perf_counter()
         try:
             await RLLoop(orchestrator, trainer.step, publish).run(
                 step=0, version=version, steps=plan.max_steps, stop_requested=out_of_time,
-                on_step=record,
+                on_step=record, on_trained=on_trained or (lambda *_: None),
             )  # fmt: skip
         finally:
             result.real_seconds = time.perf_counter() - real
@@ -250,6 +270,9 @@ class SimulatedFleet:
             await router.close()
             for engine in engines:
                 await engine.close()
+            result.failed_rollouts = worker.failed
+            lagging.cancel()
+            result.loop_lag_p99 = sorted(lags)[int(0.99 * (len(lags) - 1))] if lags else 0.0
             scheduled = orchestrator.next_group * plan.group_size
             result.queue_entries = scheduled + worker.completed
             await client.delete(orchestrator.rollouts.stream, orchestrator.trajectories.stream)

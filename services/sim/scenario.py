@@ -72,8 +72,9 @@ class EngineModel(_Part):
     """A decode step with one sequence running."""
     decode_step_seconds_per_sequence: float = Field(default=0.0005, ge=0)
     """What each further running sequence adds to a decode step."""
-    prefill_seconds_per_token: float = Field(default=0.0001, ge=0)
-    """Prompt tokens not already in the engine's prefix cache."""
+    prefill_seconds_per_token: float = Field(default=0.00005, ge=0)
+    """Prompt tokens not already in the engine's prefix cache; no sequence decodes meanwhile
+    (20,000 tokens/s: a 30B-parameter MoE on one H100-class GPU)."""
     prefix_cache_tokens: int = Field(default=2_000_000, ge=0)
     """Tokens of earlier turns the engine keeps (least recently used go first)."""
     parameter_bytes: float = Field(default=60e9, ge=0)

@@ -59,6 +59,18 @@ def _k3(log_ratio: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - log_ratio - 1
 
 
+def importance_weights(
+    proximal_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, cap: float | None
+) -> torch.Tensor:
+    """w per token: π_prox / π_behaviour, truncated at `cap` (None: 1, no correction). Each
+    token is weighed by the logprob of the version that sampled it, so a partial rollout —
+    its tokens from two versions — is corrected token by token."""
+    log_weight = (proximal_logprobs - behaviour_logprobs).detach()
+    if cap is None:
+        return torch.ones_like(log_weight)
+    return torch.exp(log_weight).clamp(max=cap)
+
+
 def policy_loss(
     logprobs_BT: torch.Tensor,
     behaviour_logprobs_BT: torch.Tensor,
@@ -81,10 +93,7 @@ def policy_loss(
     clipped = ratio.clamp(1 - config.clip_low, 1 + config.clip_high) * advantages
     surrogate = torch.minimum(unclipped, clipped)
     log_weight = (proximal - behaviour_logprobs_BT).detach()
-    if config.tis_cap is None:
-        weight = torch.ones_like(log_weight)
-    else:
-        weight = torch.exp(log_weight).clamp(max=config.tis_cap)
+    weight = importance_weights(proximal, behaviour_logprobs_BT, config.tis_cap)
     per_token = -weight * surrogate
     if config.kl_coef and reference_logprobs_BT is not None:
         per_token = per_token + config.kl_coef * _k3(reference_logprobs_BT - logprobs_BT)
