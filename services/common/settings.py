@@ -130,7 +130,9 @@ class ServiceAddresses(Section):
     reward: str | None = None
     """The reward service."""
     inference: str | None = None
-    """The inference service."""
+    """The inference service: `host:port`, or several engines comma-separated; a name that
+    resolves to several addresses (a headless Service) is one engine per address. Rollout
+    workers route among them (etude.rollout.router)."""
 
 
 class EtudeSettings(BaseSettings):

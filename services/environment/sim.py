@@ -31,7 +31,11 @@ class SimEnvironment:
         self.clock = clock
         self.shapes = ShapeSource(scenario.episodes, scenario.seed)
         self._sessions: dict[str, int] = {}  # session id -> calls run
+        self._opened: dict[str, float] = {}
         self._ids = itertools.count(1)
+        self.episode_seconds: list[float] = []
+        """Simulated time from opening each closed session to closing it (after scoring):
+        the episode's duration as the rollout worker lives it."""
 
     def _rng(self, *parts: object) -> random.Random:
         return random.Random(zlib.crc32(":".join(map(str, (self.scenario.seed, *parts))).encode()))
@@ -40,8 +44,10 @@ class SimEnvironment:
         self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
     ) -> OpenedSession:
         session_id = f"sim-{next(self._ids)}"
+        opened = self.clock.now()
         await self.clock.sleep(self.scenario.session_seconds.draw(self._rng(session_id)))
         self._sessions[session_id] = 0
+        self._opened[session_id] = opened
         return OpenedSession(session_id, "copy", "sim")
 
     async def execute(
@@ -82,6 +88,9 @@ class SimEnvironment:
     async def close_session(self, session_id: str) -> None:
         if self._sessions.pop(session_id, None) is None:
             raise SessionNotFoundError(f"no session {session_id!r}")
+        opened = self._opened.pop(session_id, None)
+        if opened is not None:
+            self.episode_seconds.append(self.clock.now() - opened)
 
     async def list_tools(self) -> ToolCatalog:
         return tool_catalog()

@@ -27,6 +27,7 @@ trained on (recorded in the checkpoint) are acknowledged and dropped.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Sequence
@@ -231,18 +232,34 @@ class Orchestrator:
     async def next_batch(self, trainer_version: int) -> WaitedBatch:
         """Wait until enough groups are complete; the oldest of them, with their entry ids."""
         started = time.perf_counter()
-        while (batch := self.collector.take(trainer_version)) is None:
-            if self.overlaps_training:  # a group done: its rollouts' places go to new ones
-                await self.schedule(trainer_version + 1)
-            for delivery in await self.trajectories.get(count=64, block_ms=self.poll_ms):
-                trajectory = delivery.payload
-                assert isinstance(trajectory, Trajectory)
-                if trajectory.run_id != self.run_id or not self._accept(trajectory):
-                    self._dropped.append(delivery.entry_id)
-                else:
-                    self._entries.setdefault(trajectory.group_id, []).append(delivery.entry_id)
+        while True:
+            for group_id in self.collector.drop_stale(trainer_version, self.max_staleness):
+                self._dropped += self._entries.pop(group_id, [])
+            if (batch := self.collector.take(trainer_version)) is not None:
+                break
+            await self._receive(trainer_version + 1)
         entry_ids = [e for g in batch.groups for e in self._entries.pop(g.group_id, [])]
         return WaitedBatch(batch, entry_ids, time.perf_counter() - started)
+
+    async def collect_until(self, done: asyncio.Event, trainer_version: int) -> None:
+        """While the trainer trains (until `done`): take in trajectories as they come and,
+        unless `sync`, queue new groups in the places of those that finished, so the engines
+        do not empty out during a step. Stops between two reads, never inside one (an entry
+        read and then forgotten would stay pending for nobody)."""
+        while not done.is_set():
+            await self._receive(trainer_version)
+
+    async def _receive(self, trainer_version: int) -> None:
+        """One round: top up the groups in flight, read what has arrived."""
+        if self.overlaps_training:  # a group done: its rollouts' places go to new ones
+            await self.schedule(trainer_version)
+        for delivery in await self.trajectories.get(count=64, block_ms=self.poll_ms):
+            trajectory = delivery.payload
+            assert isinstance(trajectory, Trajectory)
+            if trajectory.run_id != self.run_id or not self._accept(trajectory):
+                self._dropped.append(delivery.entry_id)
+            else:
+                self._entries.setdefault(trajectory.group_id, []).append(delivery.entry_id)
 
     def _accept(self, trajectory: Trajectory) -> bool:
         try:

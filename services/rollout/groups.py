@@ -41,6 +41,8 @@ class GroupCollector:
         """Rollouts that arrived after their group went to the trainer."""
         self.duplicates = 0
         """Rollouts delivered again (a worker died after writing, before acknowledging)."""
+        self.stale = 0
+        """Complete groups dropped untrained: their oldest token was too old (drop_stale)."""
 
     def expect(self, group_id: str, size: int) -> None:
         if group_id in self._open or group_id in self._handed_out:
@@ -86,6 +88,22 @@ class GroupCollector:
     def restore(self, snapshot: dict) -> None:
         self._handed_out = set(snapshot["handed_out"])
         self._open = OrderedDict((gid, Group(gid, size)) for gid, size in snapshot["open"].items())
+
+    def drop_stale(self, trainer_version: int, max_staleness: int) -> list[str]:
+        """Drop complete groups with a token more than `max_staleness` versions behind the
+        trainer: bounded staleness holds for what is trained, not only at a rollout's start
+        (a heavy-tailed episode can outlive many steps). Returns the dropped group ids; the
+        orchestrator's top-up schedules others in their place."""
+        dropped = [
+            g.group_id for g in self._open.values()
+            if g.complete and min(map(oldest_version, g.trajectories)) < trainer_version
+            - max_staleness
+        ]  # fmt: skip
+        for group_id in dropped:
+            del self._open[group_id]
+            self._handed_out.add(group_id)
+        self.stale += len(dropped)
+        return dropped
 
     @property
     def complete_groups(self) -> int:

@@ -116,6 +116,29 @@ class Router:
         self.decisions: dict[str, int] = {}
         self.admissions = 0
 
+    # -- membership --------------------------------------------------------------------------
+
+    def add_engine(self, name: str, client: Engine) -> None:
+        """A new (or restarted) engine: it takes requests once it reports the current
+        version (the trainer's next publication brings it up to date)."""
+        if any(e.name == name for e in self.engines):
+            raise ValueError(f"engine {name!r} is already routed to")
+        self.engines.append(_Engine(name, client))
+
+    def remove_engine(self, name: str) -> Engine:
+        """An engine that went away; its requests in flight finish or fail on their own."""
+        engine = next((e for e in self.engines if e.name == name), None)
+        if engine is None:
+            raise KeyError(f"no engine {name!r}")
+        self.engines.remove(engine)
+        for key in [k for k, e in self._affinity.items() if e is engine]:
+            del self._affinity[key]
+        return engine.client
+
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self.engines]
+
     # -- engine reports --------------------------------------------------------------------
 
     async def refresh(self) -> None:

@@ -1,30 +1,40 @@
 """Assembling a rollout worker from settings and its run's configuration: the clients of
-inference, environment and reward, the queues, the task store, the agent loop. Used by
-`python -m etude.rollout` and by the Ray actor of `etude train --ray`."""
+inference (behind the router), environment and reward, the queues, the task store, the agent
+loop. Used by `python -m etude.rollout`, by the Ray actor of `etude train --ray`, and (with
+in-process parts, `assemble_worker`) by the simulated fleet."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from etude.common.payloads import RolloutRequest
 from etude.common.queue import queue_client
-from etude.common.run_config import RunConfig, parse_run_config
+from etude.common.run_config import RolloutConfig, RunConfig, parse_run_config
 from etude.common.runs import RunRegistry
-from etude.environment.client import GrpcEnvironment
+from etude.common.settings import QueueSettings
+from etude.environment.client import EnvironmentClient, GrpcEnvironment
 from etude.inference.client import GrpcInference
 from etude.model.pretrained import policy_tokenizer
 from etude.reward.client import GrpcReward
-from etude.rollout.agent import EpisodeRunner
+from etude.rollout.agent import EpisodeRunner, Scorer, Tokenizer
 from etude.rollout.config import RolloutSettings
+from etude.rollout.engines import keep_resolved, resolve
 from etude.rollout.repositories import RepositoryCache
+from etude.rollout.router import Router
 from etude.rollout.samplers import PolicySampler, sampling_seed
 from etude.rollout.streams import rollout_key, rollout_queue, trajectory_queue
 from etude.rollout.worker import RolloutWorker
 from etude.tasks.store import TaskStore
+from etude.tasks.task import Task
 
 
 class WorkerSetupError(RuntimeError):
@@ -44,6 +54,30 @@ async def read_run_config(client: aioredis.Redis, run_id: str) -> RunConfig:
     return parse_run_config(record.config)
 
 
+async def _router(
+    value: str, settings: RolloutSettings, resources: contextlib.AsyncExitStack
+) -> Router:
+    """The engines `value` names (etude.rollout.engines), behind a load-aware router."""
+
+    def connect(address: str) -> GrpcInference:
+        return GrpcInference(address, settings.client)
+
+    addresses = await asyncio.to_thread(resolve, value)
+    if not addresses:
+        raise WorkerSetupError(f"no inference engine at {value!r}")
+    router = Router([connect(a) for a in addresses], names=addresses)
+
+    async def close() -> None:
+        watching.cancel()
+        await router.close()
+        for engine in router.engines:
+            await engine.client.close()
+
+    watching = asyncio.create_task(keep_resolved(router, value, connect))
+    resources.push_async_callback(close)
+    return router
+
+
 async def build_worker(
     settings: RolloutSettings, resources: contextlib.AsyncExitStack, run: RunConfig | None = None
 ) -> RolloutWorker:
@@ -53,36 +87,61 @@ async def build_worker(
     run = run or await read_run_config(client, config.run_id)
     consumer = config.consumer or f"{socket.gethostname()}-{os.getpid()}"
     services = settings.services
-    inference = GrpcInference(_address(services.inference, "inference"), settings.client)
+    router = await _router(_address(services.inference, "inference"), settings, resources)
     environment = GrpcEnvironment(_address(services.environment, "environment"), settings.client)
     reward = GrpcReward(_address(services.reward, "reward"), settings.client)
-    for client_ in (inference, environment, reward):
+    for client_ in (environment, reward):
         resources.push_async_callback(client_.close)
     tokenizer = policy_tokenizer(run.policy.init, settings.stack.models_dir)
     cache = RepositoryCache(
         config.cache_dir or settings.stack.run_dir / "tasks", config.projects_dir
     )
-    runner = EpisodeRunner(environment, reward, tokenizer, run.rollout, cache)
+    return assemble_worker(
+        WorkerParts(router, environment, reward, tokenizer, cache, TaskStore(config.tasks_files)),
+        client, config.run_id, consumer, run.rollout, settings.queue,
+        concurrency=config.concurrency or run.rollout.concurrency,
+        heartbeat_seconds=config.heartbeat_seconds, request_suffix=f"-{os.getpid()}",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerParts:
+    """What a worker's episodes run against, however they are reached (gRPC clients, or
+    in-process ones: the simulated fleet's)."""
+
+    router: Router
+    environment: EnvironmentClient
+    reward: Scorer
+    tokenizer: Tokenizer
+    repository_for: Callable[[Task], Path]
+    tasks: TaskStore
+
+
+def assemble_worker(
+    parts: WorkerParts,
+    client: aioredis.Redis,
+    run_id: str,
+    consumer: str,
+    rollout: RolloutConfig,
+    queue: QueueSettings,
+    *,
+    request_suffix: str = "",
+    **options: Any,
+) -> RolloutWorker:
+    """A rollout worker of `run_id` over `parts`; `options` go to `RolloutWorker`."""
+    runner = EpisodeRunner(parts.environment, parts.reward, parts.tokenizer, rollout,
+                           parts.repository_for)  # fmt: skip
 
     def sampler_for(request: RolloutRequest) -> PolicySampler:
-        key = rollout_key(request)
         return PolicySampler(
-            inference, tokenizer, request_id=f"{key}-{os.getpid()}",
-            temperature=run.rollout.temperature, top_p=run.rollout.top_p,
-            seed=sampling_seed(run.rollout.seed, request),
+            parts.router, parts.tokenizer, request_id=f"{rollout_key(request)}{request_suffix}",
+            temperature=rollout.temperature, top_p=rollout.top_p,
+            seed=sampling_seed(rollout.seed, request),
         )  # fmt: skip
 
-    async def policy_version() -> int:
-        return (await inference.get_policy()).version
-
-    run_id = config.run_id
     return RolloutWorker(
-        rollouts=rollout_queue(client, run_id, consumer, settings.queue),
-        trajectories=trajectory_queue(client, run_id, consumer, settings.queue),
-        runner=runner,
-        tasks=TaskStore(config.tasks_files),
-        sampler_for=sampler_for,
-        policy_version=policy_version,
-        concurrency=config.concurrency or run.rollout.concurrency,
-        heartbeat_seconds=config.heartbeat_seconds,
-    )
+        rollouts=rollout_queue(client, run_id, consumer, queue),
+        trajectories=trajectory_queue(client, run_id, consumer, queue),
+        runner=runner, tasks=parts.tasks, sampler_for=sampler_for,
+        policy_version=parts.router.policy_version, **options,
+    )  # fmt: skip

@@ -5,14 +5,14 @@ the simulation needs only the counts (how long each context is)."""
 
 from __future__ import annotations
 
-from etude.rollout.prompt import IM_END
-
-_SPECIAL = {IM_END: 2}
 _WORD = 3
 
 
 class WordTokenizer:
-    eos_token_id = _SPECIAL[IM_END]
+    eos_token_id = 2
+
+    def __init__(self) -> None:
+        self._special: dict[str, int] = {}
 
     def encode(self, text: str) -> list[int]:
         return [_WORD] * len(text.split())
@@ -21,4 +21,5 @@ class WordTokenizer:
         return " ".join("w" for _ in token_ids)
 
     def convert_tokens_to_ids(self, token: str) -> int:
-        return _SPECIAL.get(token, _WORD)
+        """A chat template's special token (`<|im_end|>`): an id of its own, from 4 up."""
+        return self._special.setdefault(token, 4 + len(self._special))

@@ -68,7 +68,7 @@ def rollout_actors(
     shared = RolloutSettings(**{
         **settings.model_dump(),
         "redis": {"url": endpoints.redis_url},
-        "services": {"inference": endpoints.inference[0],
+        "services": {"inference": ",".join(endpoints.inference),
                      "environment": endpoints.environment,
                      "reward": endpoints.reward},
     })  # fmt: skip

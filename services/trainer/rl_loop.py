@@ -8,7 +8,9 @@ the policy trainer and the inference endpoints, the simulated fleet
 With the `sync` schedule nothing generates while the trainer trains: the next step's
 rollouts are queued once the new version is published. With `async` and `async_partial`
 they are queued as soon as a batch is taken, to run on the current version while the
-trainer trains (at most `max_staleness` versions behind the trainer when they are used).
+trainer trains (at most `max_staleness` versions behind the trainer when they are used), and
+while it trains the orchestrator keeps taking trajectories in and queueing groups in the
+places of finished ones.
 """
 
 from __future__ import annotations
@@ -70,10 +72,16 @@ class RLLoop:
             if more and orchestrator.overlaps_training:  # generate while the trainer trains
                 await orchestrator.schedule(version + 1)
             groups = [g.trajectories for g in waited.batch.groups]
-            stats = await asyncio.to_thread(self.train, groups)
-            step += 1
-            on_trained(step, groups, stats)
-            version, sync_seconds = await self.publish()
+            trained = asyncio.Event()
+            collecting = asyncio.create_task(orchestrator.collect_until(trained, version + 1))
+            try:
+                stats = await asyncio.to_thread(self.train, groups)
+                step += 1
+                on_trained(step, groups, stats)
+                version, sync_seconds = await self.publish()
+            finally:
+                trained.set()
+                await collecting
             if more and not orchestrator.overlaps_training:
                 await orchestrator.schedule(version)
             elapsed = time.perf_counter() - started

@@ -73,3 +73,20 @@ def test_a_redelivered_rollout_is_counted_once_and_a_restored_collector_never_re
     resumed.add(_trajectory("b", 0))
     resumed.add(_trajectory("b", 1))
     assert [g.group_id for g in resumed.take(trainer_version=3).groups] == ["b"]
+
+
+def test_a_complete_group_too_stale_to_train_is_dropped_and_never_handed_out():
+    collector = GroupCollector(groups_per_step=1)
+    for group in ("old", "fresh"):
+        collector.expect(group, size=2)
+    collector.add(_trajectory("old", 0, versions=(1, 6)))  # a partial rollout begun on 1
+    collector.add(_trajectory("old", 1, versions=(6, 6)))
+    collector.add(_trajectory("fresh", 0, versions=(5, 6)))
+    assert collector.drop_stale(trainer_version=6, max_staleness=2) == ["old"]
+    assert collector.stale == 1 and collector.open_groups == 1
+    assert not collector.add(_trajectory("old", 1))  # a redelivery: late, not trained
+    collector.add(_trajectory("fresh", 1, versions=(4, 6)))
+    assert collector.drop_stale(trainer_version=6, max_staleness=2) == []  # 4 is within 2
+    batch = collector.take(trainer_version=6)
+    assert [g.group_id for g in batch.groups] == ["fresh"]
+    assert batch.staleness == [1, 2] and batch.in_flight == [1, 2] and batch.in_queue == [0, 0]

@@ -7,8 +7,8 @@ publishing and policy versions.
     fleet = SimulatedFleet(scenario, redis_url, FleetPlan(engines=16, schedule="sync"))
     result = await fleet.run()
 
-Like `etude.cli.stack`, this module assembles services' parts; nothing imports it but the
-benchmark (`loadtests/rollout_sim.py`) and its tests.
+It assembles the parts as a deployment does, through their public surfaces; nothing imports
+it but the benchmark (`loadtests/rollout_sim.py`) and its tests.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Literal
 
 import torch
 
-from etude.common.payloads import RolloutRequest, Trajectory
 from etude.common.queue import queue_client
 from etude.common.run_config import RolloutConfig
 from etude.common.settings import QueueSettings
@@ -32,12 +31,9 @@ from etude.environment.sim import SimEnvironment
 from etude.inference.local import InProcessInference
 from etude.inference.sim_backend import SimBackend
 from etude.reward.sim import SimScorer
-from etude.rollout.agent import EpisodeRunner, TurnSampler
 from etude.rollout.client import Orchestrator, TaskCycle
 from etude.rollout.router import Router
-from etude.rollout.samplers import PolicySampler
-from etude.rollout.streams import rollout_key, rollout_queue, trajectory_queue
-from etude.rollout.worker import RolloutWorker
+from etude.rollout.service import WorkerParts, assemble_worker
 from etude.sim.clock import SimClock
 from etude.sim.scenario import Scenario
 from etude.sim.tokenizer import WordTokenizer
@@ -46,7 +42,6 @@ from etude.tasks.store import TaskStore
 from etude.trainer.publish import WeightPublisher
 from etude.trainer.rl_loop import RLLoop, StepDone
 from etude.trainer.simulated import SimulatedTrainer
-from etude.trainer.trainer import StepStats
 
 Schedule = Literal["sync", "async", "async_partial"]
 
@@ -75,7 +70,7 @@ class FleetResult:
     trained: int
     """Trajectories trained on."""
     trainer_waited: float
-    """Simulated seconds the trainer sat waiting for complete groups."""
+    """Simulated seconds the trainer sat waiting for complete groups or a weight update."""
     staleness: list[int] = field(default_factory=list)
     in_flight: list[int] = field(default_factory=list)
     in_queue: list[int] = field(default_factory=list)
@@ -88,6 +83,8 @@ class FleetResult:
     real_seconds: float = 0.0
     cpu_seconds: float = 0.0
     """CPU time of this process (orchestrator, worker, router, trainer loop, engines)."""
+    stale_groups: int = 0
+    """Complete groups dropped untrained, older than `max_staleness` allows."""
     failed_rollouts: int = 0
     """Rollouts a worker gave back: a simulation with any has measured an error path."""
     loop_lag_p99: float = 0.0
@@ -104,7 +101,7 @@ class FleetResult:
     """Simulated time at the end of each step."""
     step_trained: list[int] = field(default_factory=list)
     step_waited: list[float] = field(default_factory=list)
-    """Simulated seconds the trainer waited before each step."""
+    """Simulated seconds the trainer waited in each step (for its groups, for its update)."""
 
     @property
     def steady_seconds(self) -> float:
@@ -126,20 +123,6 @@ class FleetResult:
         return self.cached_prompt_tokens / max(1, self.prompt_tokens)
 
 
-class _TimedRunner(EpisodeRunner):
-    """The agent loop, each episode's simulated duration recorded."""
-
-    def __init__(self, *args, clock: SimClock, durations: list[float], **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.clock, self.durations = clock, durations
-
-    async def run(self, request: RolloutRequest, task, sampler: TurnSampler) -> Trajectory:
-        started = self.clock.now()
-        trajectory = await super().run(request, task, sampler)
-        self.durations.append(self.clock.now() - started)
-        return trajectory
-
-
 def rollout_config(plan: FleetPlan) -> RolloutConfig:
     """Episodes as long as the scenario makes them: the shapes, not the limits, end them."""
     return RolloutConfig(
@@ -158,43 +141,28 @@ class SimulatedFleet:
         self.plan = plan
         self.run_id = run_id
 
-    async def run(
-        self, on_trained: Callable[[int, list[list[Trajectory]], StepStats], None] | None = None
-    ) -> FleetResult:
+    async def run(self, on_trained: Callable[..., None] | None = None) -> FleetResult:
         """Steps until the plan's simulated time is up; `on_trained` sees each step's
         groups, as the RL loop passes them to the trainer."""
         plan, scenario = self.plan, self.scenario
         clock = SimClock(scenario.time_scale)
-        tokenizer = WordTokenizer()
         engines = [InProcessInference(SimBackend(scenario, clock)) for _ in range(plan.engines)]
         router = Router(engines, strategy=plan.routing, refresh_seconds=0.02)
         config = rollout_config(plan)
-        durations: list[float] = []
-        runner = _TimedRunner(
-            SimEnvironment(scenario, clock), SimScorer(scenario, clock), tokenizer, config,
-            lambda task: Path("/simulated"), clock=clock, durations=durations,
-        )  # fmt: skip
+        environment = SimEnvironment(scenario, clock)
         tasks = TaskStore(BUNDLED_TASK_FILES)
         queue = QueueSettings(claim_idle_seconds=3600)
         client = queue_client(self.redis_url, socket_timeout=60)
-        orchestrator = Orchestrator(
-            run_id=self.run_id, rollouts=rollout_queue(client, self.run_id, "orchestrator", queue),
-            trajectories=trajectory_queue(client, self.run_id, "trainer", queue),
-            tasks=TaskCycle(list(tasks.tasks.values()), seed=scenario.seed),
-            group_size=plan.group_size, groups_per_step=plan.groups_per_step,
-            over_provision=plan.over_provision, max_staleness=plan.max_staleness,
-            schedule=plan.schedule, poll_ms=50,
-        )  # fmt: skip
+        cycle = TaskCycle(list(tasks.tasks.values()), seed=scenario.seed)
+        orchestrator = Orchestrator.for_run(client, self.run_id, cycle, config, queue)
+        orchestrator.poll_ms = 50
         await orchestrator.start()
-
-        def sampler_for(request: RolloutRequest) -> PolicySampler:
-            return PolicySampler(router, tokenizer, request_id=rollout_key(request))
-
-        worker = RolloutWorker(
-            rollouts=rollout_queue(client, self.run_id, "worker", queue),
-            trajectories=trajectory_queue(client, self.run_id, "worker", queue),
-            runner=runner, tasks=tasks, sampler_for=sampler_for,
-            policy_version=router.policy_version,
+        parts = WorkerParts(
+            router, environment, SimScorer(scenario, clock), WordTokenizer(),
+            lambda task: Path("/simulated"), tasks,
+        )  # fmt: skip
+        worker = assemble_worker(
+            parts, client, self.run_id, "worker", config, queue,
             concurrency=(plan.groups_per_step + plan.over_provision) * plan.group_size,
             heartbeat_seconds=600, poll_ms=20, policy_poll_seconds=0.01,
         )  # fmt: skip
@@ -217,7 +185,9 @@ class SimulatedFleet:
             batch = done.waited.batch
             result.steps = done.step
             result.trained += sum(len(g.trajectories) for g in batch.groups)
-            waited = done.waited.waited_seconds * scenario.time_scale
+            # Idle: waiting for complete groups, and for the weights to reach every engine
+            # (a draining update waits for each engine's longest running turn).
+            waited = (done.waited.waited_seconds + done.sync_seconds) * scenario.time_scale
             result.trainer_waited += waited
             result.step_waited.append(waited)
             result.step_trained.append(sum(len(g.trajectories) for g in batch.groups))
@@ -271,6 +241,7 @@ class SimulatedFleet:
             for engine in engines:
                 await engine.close()
             result.failed_rollouts = worker.failed
+            result.stale_groups = orchestrator.collector.stale
             lagging.cancel()
             result.loop_lag_p99 = sorted(lags)[int(0.99 * (len(lags) - 1))] if lags else 0.0
             scheduled = orchestrator.next_group * plan.group_size
@@ -280,7 +251,7 @@ class SimulatedFleet:
         stats = router.stats()
         backends = [e.backend for e in engines]
         return dataclasses.replace(
-            result, episode_seconds=durations, decisions=stats.decisions,
+            result, episode_seconds=environment.episode_seconds, decisions=stats.decisions,
             admissions=stats.admissions,
             prompt_tokens=sum(b.prompt_tokens for b in backends),
             cached_prompt_tokens=sum(b.cached_prompt_tokens for b in backends),

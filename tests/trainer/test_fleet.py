@@ -15,7 +15,7 @@ import torch
 
 from etude.common.payloads import Trajectory
 from etude.inference.sim_backend import behaviour_logprob
-from etude.sim.fleet import FleetPlan, SimulatedFleet
+from etude.trainer.fleet import FleetPlan, SimulatedFleet
 from etude.sim.scenario import EngineModel, EpisodeShapes, Scenario, Spread
 from etude.trainer.loss import importance_weights
 
