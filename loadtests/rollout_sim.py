@@ -35,8 +35,8 @@ from pathlib import Path
 from benchlib import argument_parser, metric, percentile, print_metrics, write_json
 
 from etude.common.redis_server import RedisServer
-from etude.trainer.fleet import FleetPlan, FleetResult, SimulatedFleet, balanced_trainer
 from etude.sim.scenario import load_scenario
+from etude.trainer.fleet import FleetPlan, FleetResult, SimulatedFleet, balanced_trainer
 
 MAX_STALENESS = 8
 

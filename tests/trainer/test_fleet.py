@@ -15,8 +15,8 @@ import torch
 
 from etude.common.payloads import Trajectory
 from etude.inference.sim_backend import behaviour_logprob
-from etude.trainer.fleet import FleetPlan, SimulatedFleet
 from etude.sim.scenario import EngineModel, EpisodeShapes, Scenario, Spread
+from etude.trainer.fleet import FleetPlan, SimulatedFleet
 from etude.trainer.loss import importance_weights
 
 pytestmark = pytest.mark.integration
