@@ -53,7 +53,7 @@ class Size:
 FULL = Size(engines=16, groups_per_step=64, over_provision=128, simulated_seconds=3600,
             time_scale=20)  # fmt: skip
 QUICK = Size(engines=2, groups_per_step=8, over_provision=24, simulated_seconds=2000,
-             time_scale=160)  # fmt: skip
+             time_scale=190)  # fmt: skip
 RUNS = (
     ("sync", "sync", "load_aware"),
     ("async", "async", "load_aware"),
