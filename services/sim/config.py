@@ -12,7 +12,7 @@ from etude.sim.scenario import Scenario, load_scenario
 
 class SimConfig(Section):
     scenario: str = "default"
-    """A bundled scenario (`default`, `local`) or a scenario YAML file (etude.sim.scenario)."""
+    """A bundled scenario (`default`) or a scenario YAML file (etude.sim.scenario)."""
     time_scale: float | None = Field(default=None, gt=0, le=1e6)
     """Simulated seconds per real second; unset: the scenario's."""
 

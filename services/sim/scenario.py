@@ -3,7 +3,7 @@
 Every cost is in simulated seconds; `time_scale` says how many of them pass per real second.
 Episode shapes are heavy-tailed (lognormal, given by their median and p99/p50 ratio, the
 way tail latency is usually quoted) or replayed from recorded trajectories. A scenario is a
-YAML file; the bundled ones are named (`default`, `local`).
+YAML file; a bundled one is named (`default`).
 """
 
 from __future__ import annotations
