@@ -7,8 +7,6 @@ prompt and the parser are the ones a real run uses."""
 from __future__ import annotations
 
 import itertools
-import random
-import zlib
 
 from etude.common.toolcalls import ToolCall
 from etude.environment.tools import tool_catalog
@@ -22,7 +20,7 @@ from etude.environment.types import (
 )
 from etude.sim.clock import SimClock
 from etude.sim.episodes import ShapeSource
-from etude.sim.scenario import Scenario
+from etude.sim.scenario import Scenario, seeded
 
 
 class SimEnvironment:
@@ -37,15 +35,14 @@ class SimEnvironment:
         """Simulated time from opening each closed session to closing it (after scoring):
         the episode's duration as the rollout worker lives it."""
 
-    def _rng(self, *parts: object) -> random.Random:
-        return random.Random(zlib.crc32(":".join(map(str, (self.scenario.seed, *parts))).encode()))
-
     async def create_session(
         self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
     ) -> OpenedSession:
         session_id = f"sim-{next(self._ids)}"
         opened = self.clock.now()
-        await self.clock.sleep(self.scenario.session_seconds.draw(self._rng(session_id)))
+        await self.clock.sleep(
+            self.scenario.session_seconds.draw(seeded(self.scenario.seed, session_id))
+        )
         self._sessions[session_id] = 0
         self._opened[session_id] = opened
         return OpenedSession(session_id, "copy", "sim")
@@ -58,7 +55,7 @@ class SimEnvironment:
         first = self._sessions[session_id]
         self._sessions[session_id] += len(calls)
         latencies = [
-            self.scenario.tools.draw(call.name, self._rng(session_id, first + i))
+            self.scenario.tools.draw(call.name, seeded(self.scenario.seed, session_id, first + i))
             for i, call in enumerate(calls)
         ]
         await self.clock.sleep(max(latencies, default=0.0) if parallel else sum(latencies))

@@ -16,7 +16,7 @@ import torch
 from etude.inference.backend import InferenceBackend
 from etude.inference.client import Policy, WeightUpdate
 from etude.inference.serving import Serving
-from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest, InferenceError
+from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest
 
 
 class InProcessInference:
@@ -30,10 +30,6 @@ class InProcessInference:
     async def update_weights(
         self, version: int, tensors: Iterable[tuple[str, torch.Tensor]], *, drain: bool = False
     ) -> WeightUpdate:
-        if version <= self.backend.policy_version:
-            raise InferenceError(
-                f"version {version} is not newer than the served {self.backend.policy_version}"
-            )
         loaded, seconds = await self.serving.update_weights(
             version, tensors, time.perf_counter(), drain=drain
         )

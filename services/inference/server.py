@@ -49,10 +49,6 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         try:
             update = await assemble(request_iterator, self.max_update_bytes)
             version = update.version
-            if version <= self.backend.policy_version:
-                raise InferenceError(
-                    f"version {version} is not newer than the served {self.backend.policy_version}"
-                )
             loaded, seconds = await self.serving.update_weights(
                 version, update.tensors, started, drain=update.drain
             )

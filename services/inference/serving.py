@@ -26,7 +26,7 @@ from etude.inference.metrics import (
     TOKENS_GENERATED,
     WEIGHT_UPDATE_SECONDS,
 )
-from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest
+from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest, InferenceError
 
 
 class Serving:
@@ -42,10 +42,9 @@ class Serving:
 
     def load(self) -> EngineLoad:
         stats = self.backend.stats()
-        held = 0 if self._open.is_set() else self._held
         return EngineLoad(
             version=self.backend.policy_version, running=stats.running,
-            waiting=stats.waiting + held, capacity=stats.capacity,
+            waiting=stats.waiting + self._held, capacity=stats.capacity,
             kv_cache_usage=stats.kv_cache_usage, draining=not self._open.is_set(),
         )  # fmt: skip
 
@@ -102,6 +101,9 @@ class Serving:
         """Load a policy version, in flight or draining (above); returns tensors loaded and
         seconds since `started` (the first byte received)."""
         async with self._updates:
+            served = self.backend.policy_version
+            if version <= served:
+                raise InferenceError(f"version {version} is not newer than the served {served}")
             if not drain:
                 loaded = await self.backend.update_weights(version, tensors)
             else:

@@ -225,14 +225,14 @@ class SimBackend:
         )  # fmt: skip
 
     def _drop(self, seq: _Sequence) -> None:
-        """A finished or cancelled sequence leaves the engine; its episode stays cached."""
+        """A sequence cancelled before it finished leaves the engine, what it wrote cached
+        (a finished one has left already)."""
         if seq in self._running:
             self._running.remove(seq)
+            self._cache(seq.key, len(seq.request.prompt_token_ids) + math.floor(seq.done))
+            self._wake.set()
         elif seq in self._waiting:
             self._waiting.remove(seq)
-            return
-        self._cache(seq.key, len(seq.request.prompt_token_ids) + math.floor(seq.done))
-        self._wake.set()
 
     def _cache(self, key: str, tokens: int) -> None:
         self._prefix_tokens += tokens - self._prefix.pop(key, 0)

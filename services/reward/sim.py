@@ -4,12 +4,9 @@ a simulation measures."""
 
 from __future__ import annotations
 
-import random
-import zlib
-
 from etude.reward.types import Score
 from etude.sim.clock import SimClock
-from etude.sim.scenario import Scenario
+from etude.sim.scenario import Scenario, seeded
 
 
 class SimScorer:
@@ -18,7 +15,7 @@ class SimScorer:
         self.clock = clock
 
     async def score(self, task_id: str, *, session_id: str = "", patch: str = "") -> Score:
-        rng = random.Random(zlib.crc32(f"{self.scenario.seed}:{task_id}:{session_id}".encode()))
+        rng = seeded(self.scenario.seed, task_id, session_id)
         seconds = self.scenario.score_seconds.draw(rng)
         await self.clock.sleep(seconds)
         solved = rng.random() < self.scenario.episodes.solve_rate

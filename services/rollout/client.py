@@ -241,17 +241,20 @@ class Orchestrator:
         entry_ids = [e for g in batch.groups for e in self._entries.pop(g.group_id, [])]
         return WaitedBatch(batch, entry_ids, time.perf_counter() - started)
 
-    async def collect_until(self, done: asyncio.Event, trainer_version: int) -> None:
+    async def collect_until(
+        self, done: asyncio.Event, trainer_version: int, *, top_up: bool = True
+    ) -> None:
         """While the trainer trains (until `done`): take in trajectories as they come and,
-        unless `sync`, queue new groups in the places of those that finished, so the engines
-        do not empty out during a step. Stops between two reads, never inside one (an entry
-        read and then forgotten would stay pending for nobody)."""
+        unless `sync` (or not `top_up`: the run's last step), queue new groups in the places
+        of those that finished, so the engines do not empty out during a step. Stops between
+        two reads, never inside one (an entry read and then forgotten would stay pending for
+        nobody)."""
         while not done.is_set():
-            await self._receive(trainer_version)
+            await self._receive(trainer_version, top_up)
 
-    async def _receive(self, trainer_version: int) -> None:
+    async def _receive(self, trainer_version: int, top_up: bool = True) -> None:
         """One round: top up the groups in flight, read what has arrived."""
-        if self.overlaps_training:  # a group done: its rollouts' places go to new ones
+        if top_up and self.overlaps_training:  # finished rollouts' places go to new ones
             await self.schedule(trainer_version)
         for delivery in await self.trajectories.get(count=64, block_ms=self.poll_ms):
             trajectory = delivery.payload

@@ -43,6 +43,7 @@ class GroupCollector:
         """Rollouts delivered again (a worker died after writing, before acknowledging)."""
         self.stale = 0
         """Complete groups dropped untrained: their oldest token was too old (drop_stale)."""
+        self._oldest: dict[str, int] = {}  # open group id -> its oldest sampled version
 
     def expect(self, group_id: str, size: int) -> None:
         if group_id in self._open or group_id in self._handed_out:
@@ -65,6 +66,8 @@ class GroupCollector:
             self.late += 1
             return False
         group.trajectories.append(trajectory)
+        oldest = oldest_version(trajectory)
+        self._oldest[group.group_id] = min(self._oldest.get(group.group_id, oldest), oldest)
         return True
 
     @property
@@ -88,6 +91,7 @@ class GroupCollector:
     def restore(self, snapshot: dict) -> None:
         self._handed_out = set(snapshot["handed_out"])
         self._open = OrderedDict((gid, Group(gid, size)) for gid, size in snapshot["open"].items())
+        self._oldest = {}  # the open groups' trajectories are delivered again
 
     def drop_stale(self, trainer_version: int, max_staleness: int) -> list[str]:
         """Drop complete groups with a token more than `max_staleness` versions behind the
@@ -96,11 +100,11 @@ class GroupCollector:
         orchestrator's top-up schedules others in their place."""
         dropped = [
             g.group_id for g in self._open.values()
-            if g.complete and min(map(oldest_version, g.trajectories)) < trainer_version
-            - max_staleness
+            if g.complete and self._oldest[g.group_id] < trainer_version - max_staleness
         ]  # fmt: skip
         for group_id in dropped:
             del self._open[group_id]
+            del self._oldest[group_id]
             self._handed_out.add(group_id)
         self.stale += len(dropped)
         return dropped
@@ -116,6 +120,7 @@ class GroupCollector:
             return None
         for group in ready:
             del self._open[group.group_id]
+            self._oldest.pop(group.group_id, None)
             self._handed_out.add(group.group_id)
         trajectories = [t for g in ready for t in g.trajectories]
         oldest = [oldest_version(t) for t in trajectories]

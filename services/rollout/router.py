@@ -31,7 +31,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest, affinity_key
@@ -77,14 +77,6 @@ class _Engine:
         return self.outstanding / self.capacity
 
 
-@dataclass(frozen=True, slots=True)
-class RouterStats:
-    decisions: dict[str, int] = field(default_factory=dict)
-    """affinity (the prefix engine), spilled (it was overloaded or not admitted),
-    least_loaded (a first turn), round_robin."""
-    admissions: int = 0
-
-
 class Router:
     def __init__(
         self,
@@ -114,6 +106,8 @@ class Router:
         self._refresher: asyncio.Task[None] | None = None
         self._admitted = asyncio.Event()
         self.decisions: dict[str, int] = {}
+        """Requests routed by decision: affinity (to the engine holding the prefix), spilled
+        (it was overloaded or not admitted), least_loaded (a first turn), round_robin."""
         self.admissions = 0
 
     # -- membership --------------------------------------------------------------------------
@@ -259,6 +253,3 @@ class Router:
                 yield delta
         finally:
             engine.in_flight -= 1
-
-    def stats(self) -> RouterStats:
-        return RouterStats(dict(self.decisions), self.admissions)

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import random
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from etude.common.payloads import Trajectory
-from etude.sim.scenario import EpisodeShapes
+from etude.sim.scenario import EpisodeShapes, seeded
 
 _REMEMBERED = 100_000  # episodes whose shapes are kept (a fleet runs a few thousand at once)
 
@@ -45,9 +43,6 @@ class ShapeSource:
         self.recorded = read_shapes(shapes.replay) if shapes.replay else []
         self._drawn: OrderedDict[str, EpisodeShape] = OrderedDict()
 
-    def _rng(self, key: str, salt: str = "") -> random.Random:
-        return random.Random(zlib.crc32(f"{self.seed}:{key}:{salt}".encode()))
-
     def shape(self, key: str) -> EpisodeShape:
         shape = self._drawn.get(key)
         if shape is None:  # every turn of an episode asks: draw it once
@@ -57,7 +52,7 @@ class ShapeSource:
         return shape
 
     def _draw(self, key: str) -> EpisodeShape:
-        rng = self._rng(key)
+        rng = seeded(self.seed, key, "")
         if self.recorded:
             return self.recorded[rng.randrange(len(self.recorded))]
         s = self.shapes
@@ -75,7 +70,7 @@ class ShapeSource:
         )
 
     def tool_output_tokens(self, key: str) -> int:
-        return max(1, round(self.shapes.tool_output_tokens.draw(self._rng(key, "output"))))
+        return max(1, round(self.shapes.tool_output_tokens.draw(seeded(self.seed, key, "output"))))
 
 
 def shape_of(trajectory: Trajectory) -> EpisodeShape:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 from pathlib import Path
 from statistics import NormalDist
 
@@ -22,6 +23,12 @@ _Z99 = NormalDist().inv_cdf(0.99)  # a lognormal's p99/p50 is exp(σ · z99)
 
 class ScenarioError(ValueError):
     pass
+
+
+def seeded(*parts: object) -> random.Random:
+    """A generator that follows from `parts` alone (a scenario's seed, a rollout's key…):
+    every process of a fleet draws the same value for the same thing."""
+    return random.Random(zlib.crc32(":".join(map(str, parts)).encode()))
 
 
 class _Part(BaseModel):

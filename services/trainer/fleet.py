@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,13 +63,6 @@ class FleetPlan:
 @dataclass(slots=True)
 class FleetResult:
     plan: FleetPlan
-    simulated_seconds: float
-    """From the first schedule to the end of the last step."""
-    steps: int
-    trained: int
-    """Trajectories trained on."""
-    trainer_waited: float
-    """Simulated seconds the trainer sat waiting for complete groups or a weight update."""
     staleness: list[int] = field(default_factory=list)
     in_flight: list[int] = field(default_factory=list)
     in_queue: list[int] = field(default_factory=list)
@@ -94,14 +86,30 @@ class FleetResult:
     """Rollout and trajectory entries written to Redis."""
     occupancy: float = 0.0
     """Mean share of the engines' sequence slots decoding or prefilling, sampled."""
-    sync_never_stale: bool = True
-    """With `sync`: every trained token was sampled by the step's own version."""
-
     step_ends: list[float] = field(default_factory=list)
-    """Simulated time at the end of each step."""
+    """Simulated time at the end of each step, from the first schedule."""
     step_trained: list[int] = field(default_factory=list)
     step_waited: list[float] = field(default_factory=list)
     """Simulated seconds the trainer waited in each step (for its groups, for its update)."""
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_ends)
+
+    @property
+    def trained(self) -> int:
+        """Trajectories trained on."""
+        return sum(self.step_trained)
+
+    @property
+    def simulated_seconds(self) -> float:
+        """From the first schedule to the end of the last step."""
+        return self.step_ends[-1] if self.step_ends else 0.0
+
+    @property
+    def sync_never_stale(self) -> bool:
+        """With `sync`: every trained token was sampled by the step's own version."""
+        return self.plan.schedule != "sync" or not any(self.staleness)
 
     @property
     def steady_seconds(self) -> float:
@@ -178,26 +186,20 @@ class SimulatedFleet:
             seconds = await publisher.publish(version, weights, drain=drain)
             return version, seconds
 
-        result = FleetResult(plan, 0.0, 0, 0, 0.0)
+        result = FleetResult(plan)
         started_sim = clock.now()
 
         async def record(done: StepDone) -> None:
             batch = done.waited.batch
-            result.steps = done.step
-            result.trained += sum(len(g.trajectories) for g in batch.groups)
             # Idle: waiting for complete groups, and for the weights to reach every engine
             # (a draining update waits for each engine's longest running turn).
             waited = (done.waited.waited_seconds + done.sync_seconds) * scenario.time_scale
-            result.trainer_waited += waited
             result.step_waited.append(waited)
-            result.step_trained.append(sum(len(g.trajectories) for g in batch.groups))
+            result.step_trained.append(len(batch.staleness))  # one entry per trajectory
             result.staleness += batch.staleness
             result.in_flight += batch.in_flight
             result.in_queue += batch.in_queue
-            if plan.schedule == "sync" and any(batch.staleness):
-                result.sync_never_stale = False
-            result.simulated_seconds = clock.now() - started_sim
-            result.step_ends.append(result.simulated_seconds)
+            result.step_ends.append(clock.now() - started_sim)
             await orchestrator.acknowledge(done.waited)
 
         async def out_of_time() -> bool:
@@ -248,14 +250,11 @@ class SimulatedFleet:
             result.queue_entries = scheduled + worker.completed
             await client.delete(orchestrator.rollouts.stream, orchestrator.trajectories.stream)
             await client.aclose()
-        stats = router.stats()
-        backends = [e.backend for e in engines]
-        return dataclasses.replace(
-            result, episode_seconds=environment.episode_seconds, decisions=stats.decisions,
-            admissions=stats.admissions,
-            prompt_tokens=sum(b.prompt_tokens for b in backends),
-            cached_prompt_tokens=sum(b.cached_prompt_tokens for b in backends),
-        )  # fmt: skip
+        result.episode_seconds = environment.episode_seconds
+        result.decisions, result.admissions = router.decisions, router.admissions
+        result.prompt_tokens = sum(e.backend.prompt_tokens for e in engines)
+        result.cached_prompt_tokens = sum(e.backend.cached_prompt_tokens for e in engines)
+        return result
 
 
 def balanced_trainer(scenario: Scenario, plan: FleetPlan, samples: int = 4000) -> Scenario:

@@ -69,11 +69,11 @@ class RLLoop:
         while step < steps and not await stop_requested():
             waited = await orchestrator.next_batch(version)
             more = step + 1 < steps  # the last step leaves no rollouts behind
-            if more and orchestrator.overlaps_training:  # generate while the trainer trains
-                await orchestrator.schedule(version + 1)
             groups = [g.trajectories for g in waited.batch.groups]
-            trained = asyncio.Event()
-            collecting = asyncio.create_task(orchestrator.collect_until(trained, version + 1))
+            trained = asyncio.Event()  # meanwhile (unless sync) the next step's rollouts run
+            collecting = asyncio.create_task(
+                orchestrator.collect_until(trained, version + 1, top_up=more)
+            )
             try:
                 stats = await asyncio.to_thread(self.train, groups)
                 step += 1

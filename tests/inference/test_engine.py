@@ -161,7 +161,8 @@ async def test_closing_the_stream_cancels_and_frees_the_cache(backend, tokenizer
         if backend.stats().kv_cache_usage == 0:
             break
         await asyncio.sleep(0.01)
-    assert backend.stats() == type(backend.stats())(running=0, waiting=0, kv_cache_usage=0.0)
+    idle = type(backend.stats())(running=0, waiting=0, kv_cache_usage=0.0, capacity=8)
+    assert backend.stats() == idle
 
 
 @pytest.mark.parametrize(
