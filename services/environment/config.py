@@ -1,5 +1,6 @@
 """Settings of the environment service (`ETUDE_ENVIRONMENT__*`; its sandboxes' own are
-`ETUDE_SANDBOX__*`, see `etude.sandbox.config`)."""
+`ETUDE_SANDBOX__*`, see `etude.sandbox.config`; the `sim` backend's `ETUDE_SIM__*`, see
+`etude.sim.config`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import Field
 
 from etude.common.settings import Section
 from etude.sandbox.config import SandboxSettings
+from etude.sim.config import SimConfig
 from etude.tasks.materialize import PROJECTS_DIR
 
 SHARED_TASKS_DIR = Path("/shared/tasks")
@@ -17,6 +19,11 @@ SHARED_TASKS_DIR = Path("/shared/tasks")
 
 
 class EnvironmentConfig(Section):
+    backend: Literal["sandbox", "sim"] = "sandbox"
+    """`sandbox`: sessions on real workspaces, tools run in sandboxes (`ETUDE_SANDBOX__*`).
+    `sim`: no workspace, tool calls cost simulated time (etude.environment.sim;
+    `ETUDE_SIM__*`); a session's repository and idle TTL are checked as for `sandbox`
+    (`repository_roots`, `max_idle_ttl_seconds`)."""
     workspace_mode: Literal["auto", "overlay", "copy"] = "auto"
     """`overlay`: a copy-on-write layer over the read-only base (bwrap ≥ 0.11); `copy`: a
     full copy per session; `auto`: overlay where it works, else copy."""
@@ -45,6 +52,7 @@ class EnvironmentConfig(Section):
 
 class EnvironmentSettings(SandboxSettings):
     environment: EnvironmentConfig = EnvironmentConfig()
+    sim: SimConfig = SimConfig()
 
     def resolved(self) -> EnvironmentConfig:
         """The environment section with its defaults that depend on other sections filled."""

@@ -1,8 +1,8 @@
 """The environment's client interface in process: the core itself, no transport.
 
-Tests use it; other folders reach the environment through
-`etude.environment.client.GrpcEnvironment`. Both meet the `EnvironmentClient` protocol and
-raise the same errors (etude.environment.types).
+The service's servicer (server.py) and tests use it; other folders reach the environment
+through `etude.environment.client.GrpcEnvironment`. Both meet the `EnvironmentClient`
+protocol and raise the same errors (etude.environment.types).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""gRPC servicer of the environment: decode, call the core, encode; errors → status codes."""
+"""gRPC servicer of the environment: decode, call the core, encode; errors → status codes.
+
+The core is anything with the environment's client interface (`EnvironmentClient`): real
+sessions (`InProcessEnvironment` over a `SessionManager`) or the `sim` environment
+(etude.environment.sim). Requests are checked against the same bounds whichever serves them."""
 
 from __future__ import annotations
 
@@ -10,9 +14,11 @@ import grpc
 from etude.api.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from etude.common.grpc_server import Registration
 from etude.common.request_checks import InvalidFieldError
+from etude.environment.client import EnvironmentClient
+from etude.environment.config import EnvironmentConfig
+from etude.environment.local import InProcessEnvironment
 from etude.environment.repositories import RepositoryNotAllowedError, allowed_repository
 from etude.environment.sessions import SessionManager
-from etude.environment.tools import tool_catalog
 from etude.environment.types import (
     RepositoryError,
     SessionLimitError,
@@ -50,24 +56,25 @@ async def _mapped_errors(context: grpc.aio.ServicerContext):
 
 
 class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
-    def __init__(self, manager: SessionManager) -> None:
-        self.manager = manager
+    def __init__(self, environment: EnvironmentClient, config: EnvironmentConfig) -> None:
+        """`config`: the bounds a request is checked against (idle TTL, repository roots)."""
+        self.environment = environment
+        self.config = config
 
     async def CreateSession(self, request, context):
-        config = self.manager.config
         async with _mapped_errors(context):
-            task_id, path, ttl = create_from_proto(request, config.max_idle_ttl_seconds)
-            repository = allowed_repository(path, config)
-            session = await self.manager.create(task_id, repository, ttl)
+            task_id, path, ttl = create_from_proto(request, self.config.max_idle_ttl_seconds)
+            repository = allowed_repository(path, self.config)
+            opened = await self.environment.create_session(task_id, str(repository), ttl)
         return environment_pb2.CreateSessionResponse(
-            session_id=common_pb2.SessionId(value=session.id),
-            workspace_mode=session.layout.mode,
-            sandbox_backend=self.manager.sandbox.backend,
+            session_id=common_pb2.SessionId(value=opened.session_id),
+            workspace_mode=opened.workspace_mode,
+            sandbox_backend=opened.sandbox_backend,
         )
 
     async def Execute(self, request, context):
         async with _mapped_errors(context):
-            results = await self.manager.execute(
+            results = await self.environment.execute(
                 session_id_from_proto(request.session_id),
                 calls_from_proto(request.calls),
                 request.parallel,
@@ -76,28 +83,34 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
 
     async def Fork(self, request, context):
         async with _mapped_errors(context):
-            session = await self.manager.fork(session_id_from_proto(request.session_id))
-        return environment_pb2.ForkResponse(session_id=common_pb2.SessionId(value=session.id))
+            forked = await self.environment.fork(session_id_from_proto(request.session_id))
+        return environment_pb2.ForkResponse(session_id=common_pb2.SessionId(value=forked))
 
     async def Diff(self, request, context):
         async with _mapped_errors(context):
-            diff = await self.manager.diff(session_id_from_proto(request.session_id))
+            diff = await self.environment.diff(session_id_from_proto(request.session_id))
         return environment_pb2.DiffResponse(
             unified_diff=diff.unified_diff, changed_paths=diff.changed_paths
         )
 
     async def CloseSession(self, request, context):
         async with _mapped_errors(context):
-            await self.manager.close(session_id_from_proto(request.session_id))
+            await self.environment.close_session(session_id_from_proto(request.session_id))
         return environment_pb2.CloseSessionResponse()
 
     async def ListTools(self, request, context):
-        return catalog_to_proto(tool_catalog())
+        return catalog_to_proto(await self.environment.list_tools())
 
 
 def registration(manager: SessionManager) -> Registration:
+    """The service on real sessions (`start_expiry` closes the idle ones)."""
+    return registration_of(InProcessEnvironment(manager), manager.config)
+
+
+def registration_of(environment: EnvironmentClient, config: EnvironmentConfig) -> Registration:
+    """The service on any core with the client interface (the `sim` environment, too)."""
     return Registration(
-        EnvironmentServicer(manager),
+        EnvironmentServicer(environment, config),
         environment_pb2_grpc.add_EnvironmentServiceServicer_to_server,
         SERVICE_NAME,
     )

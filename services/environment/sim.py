@@ -2,7 +2,9 @@
 file. A batch of calls runs in parallel (it takes as long as its slowest call); each call's
 latency is drawn from the scenario's per-tool spread and its output is as many words as
 the scenario's tool-output spread says. The tools are the real catalog, so the policy's
-prompt and the parser are the ones a real run uses."""
+prompt and the parser are the ones a real run uses. It meets the environment's client
+interface: the simulated fleet calls it in process, and the environment service serves it
+over gRPC with `ETUDE_ENVIRONMENT__BACKEND=sim`."""
 
 from __future__ import annotations
 
@@ -89,8 +91,13 @@ class SimEnvironment:
         if opened is not None:
             self.episode_seconds.append(self.clock.now() - opened)
 
-    async def list_tools(self) -> ToolCatalog:
+    @property
+    def catalog(self) -> ToolCatalog:
+        """The real tool catalog, which the policy's prompt documents."""
         return tool_catalog()
+
+    async def list_tools(self) -> ToolCatalog:
+        return self.catalog
 
     @property
     def open_sessions(self) -> int:

@@ -1,4 +1,5 @@
-"""`python -m etude.reward`: the reward service on its own."""
+"""`python -m etude.reward`: the reward service on its own — the grader, or the `sim` reward
+(`ETUDE_REWARD__BACKEND=sim`, `ETUDE_SIM__*`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from etude.common.grpc_server import Registration, run_service
 from etude.environment.client import GrpcEnvironment
 from etude.reward.config import RewardSettings
 from etude.reward.grader import Grader
-from etude.reward.server import RewardServicer, registration
+from etude.reward.server import RewardServicer, ScoreServicer, registration
+from etude.reward.sim import SimScorer
 from etude.sandbox.bwrap import configured_bwrap
 from etude.tasks.store import TaskStore
 
@@ -17,6 +19,9 @@ async def build(
     settings: RewardSettings, resources: contextlib.AsyncExitStack
 ) -> list[Registration]:
     config = settings.resolved()
+    if config.backend == "sim":
+        scenario, clock = settings.sim.load()
+        return [registration(ScoreServicer(SimScorer(scenario, clock)))]
     environment = None
     if config.environment_address:
         environment = GrpcEnvironment(config.environment_address, settings.client)

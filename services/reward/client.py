@@ -1,6 +1,11 @@
-"""The reward service's gRPC client: rollout workers grade a finished session through it."""
+"""One client interface to the reward (`Scorer`), and its form over gRPC: rollout workers
+grade a finished session through `GrpcReward`. In process, the grading core
+(etude.reward.scoring) and the `sim` reward (etude.reward.sim) meet the same interface, and
+the service serves either of them."""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import grpc
 from grpc import aio
@@ -9,6 +14,12 @@ from etude.api.v1 import common_pb2, reward_pb2, reward_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
 from etude.reward.types import Score
+
+
+class Scorer(Protocol):
+    async def score(self, task_id: str, *, session_id: str = "", patch: str = "") -> Score:
+        """The score of the task's patch: `patch`, or else the session's diff."""
+        ...
 
 
 class RewardRequestError(ValueError):

@@ -1,17 +1,24 @@
-"""Settings of the reward service (`ETUDE_REWARD__*`)."""
+"""Settings of the reward service (`ETUDE_REWARD__*`; the `sim` backend's `ETUDE_SIM__*`, see
+`etude.sim.config`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
 from etude.common.settings import Section
 from etude.sandbox.config import SandboxSettings
+from etude.sim.config import SimConfig
 from etude.tasks.materialize import BUNDLED_TASK_FILES, PROJECTS_DIR
 
 
 class RewardConfig(Section):
+    backend: Literal["grader", "sim"] = "grader"
+    """`grader`: the task's hidden tests run on the patch in a sandbox (the settings below).
+    `sim`: a score after simulated time, solved at the scenario's solve rate
+    (etude.reward.sim; `ETUDE_SIM__*`)."""
     tasks_files: tuple[Path, ...] = BUNDLED_TASK_FILES
     """JSONL files of the tasks this service grades (by default the bundled sets, etude-mini
     and etude-locate)."""
@@ -39,6 +46,7 @@ class RewardSettings(SandboxSettings):
     limits (`SandboxConfig.for_grading()`)."""
 
     reward: RewardConfig = RewardConfig()
+    sim: SimConfig = SimConfig()
 
     def resolved(self) -> RewardConfig:
         """The reward section with the defaults that depend on other sections filled."""

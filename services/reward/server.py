@@ -1,4 +1,9 @@
-"""gRPC servicer of the reward service."""
+"""gRPC servicer of the reward service: check the request, ask the scorer, count the outcome,
+encode the score; errors → status codes.
+
+The scorer is anything with the reward's client interface (`Scorer`): the grader on the
+tasks' hidden tests (`RewardServicer`, etude.reward.scoring), or the `sim` reward
+(etude.reward.sim)."""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ from etude.common.grpc_server import Registration
 from etude.common.request_checks import InvalidFieldError, check_text
 from etude.environment.client import EnvironmentClient
 from etude.environment.types import SessionNotFoundError
+from etude.reward.client import Scorer
 from etude.reward.grader import Grader
 from etude.reward.metrics import OUTCOMES, SCORE_SECONDS
+from etude.reward.scoring import NoEnvironmentError, NothingToGradeError, TaskGrading
 from etude.reward.types import Score
 from etude.tasks.store import TaskNotFoundError, TaskStore
 
@@ -19,6 +26,14 @@ MAX_PATCH_BYTES = 16 << 20
 grader's sandbox and memory for a change no episode makes."""
 
 SERVICE_NAME = reward_pb2.DESCRIPTOR.services_by_name["RewardService"].full_name
+
+_STATUS = {
+    InvalidFieldError: grpc.StatusCode.INVALID_ARGUMENT,
+    NothingToGradeError: grpc.StatusCode.INVALID_ARGUMENT,
+    TaskNotFoundError: grpc.StatusCode.NOT_FOUND,
+    SessionNotFoundError: grpc.StatusCode.NOT_FOUND,
+    NoEnvironmentError: grpc.StatusCode.FAILED_PRECONDITION,
+}
 
 
 def score_to_proto(score: Score) -> reward_pb2.ScoreResponse:
@@ -35,46 +50,42 @@ def score_to_proto(score: Score) -> reward_pb2.ScoreResponse:
     )
 
 
-class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
-    def __init__(
-        self, grader: Grader, tasks: TaskStore, environment: EnvironmentClient | None
-    ) -> None:
-        self.grader = grader
-        self.tasks = tasks
-        self.environment = environment
+def _check(request: reward_pb2.ScoreRequest) -> None:
+    check_text(request.task_id.value, "task_id", required=True)
+    check_text(request.session_id.value, "session_id")
+    if len(request.patch) > MAX_PATCH_BYTES:  # characters: at least as many bytes
+        raise InvalidFieldError(f"patch is longer than {MAX_PATCH_BYTES} characters")
+
+
+class ScoreServicer(reward_pb2_grpc.RewardServiceServicer):
+    """RewardService over any scorer (the `sim` reward: `ScoreServicer(SimScorer(…))`)."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
 
     async def Score(self, request, context):
         try:
-            check_text(request.task_id.value, "task_id", required=True)
-            check_text(request.session_id.value, "session_id")
-            if len(request.patch) > MAX_PATCH_BYTES:  # characters: at least as many bytes
-                raise InvalidFieldError(f"patch is longer than {MAX_PATCH_BYTES} characters")
-        except InvalidFieldError as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        try:
-            task = self.tasks.get(request.task_id.value)
-        except TaskNotFoundError as error:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
-        patch = request.patch
-        if not patch:
-            if not request.session_id.value:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, "give a session_id or a patch to grade"
-                )
-            if self.environment is None:
-                await context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "no environment configured (ETUDE_REWARD__ENVIRONMENT_ADDRESS)",
-                )
-            try:
-                patch = (await self.environment.diff(request.session_id.value)).unified_diff
-            except SessionNotFoundError as error:
-                await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
-        score = await self.grader.score(task, patch)
+            _check(request)
+            score = await self.scorer.score(
+                request.task_id.value, session_id=request.session_id.value, patch=request.patch
+            )
+        except tuple(_STATUS) as error:
+            await context.abort(_STATUS[type(error)], str(error))
         SCORE_SECONDS.observe(score.seconds)
         OUTCOMES.labels(score.result).inc()
         return score_to_proto(score)
 
 
-def registration(servicer: RewardServicer) -> Registration:
+class RewardServicer(ScoreServicer):
+    """The service on the grader: `tasks` by id, graded on the patch a call gives or on the
+    session's diff from `environment`."""
+
+    def __init__(
+        self, grader: Grader, tasks: TaskStore, environment: EnvironmentClient | None
+    ) -> None:
+        super().__init__(TaskGrading(grader, tasks, environment))
+        self.tasks = tasks
+
+
+def registration(servicer: ScoreServicer) -> Registration:
     return Registration(servicer, reward_pb2_grpc.add_RewardServiceServicer_to_server, SERVICE_NAME)

@@ -1,6 +1,8 @@
 """The `sim` reward: a score after a simulated test run. Whether an episode solved its task
 is drawn per session at the scenario's solve rate: the fleet's timing, not learning, is what
-a simulation measures."""
+a simulation measures. It meets the reward's client interface (`Scorer`, client.py): the
+simulated fleet calls it in process, and the reward service serves it over gRPC with
+`ETUDE_REWARD__BACKEND=sim`."""
 
 from __future__ import annotations
 

@@ -24,3 +24,16 @@ class SimClock:
 
     async def sleep(self, simulated: float) -> None:
         await asyncio.sleep(max(0.0, simulated) / self.time_scale)
+
+
+_SHARED: dict[float, SimClock] = {}
+
+
+def shared_clock(time_scale: float) -> SimClock:
+    """The process's clock at `time_scale`. The sim parts a process builds from its settings
+    (an engine, the environment, the reward) share it, so one simulated instant is the same
+    instant for all of them."""
+    clock = _SHARED.get(time_scale)
+    if clock is None:
+        clock = _SHARED[time_scale] = SimClock(time_scale)
+    return clock

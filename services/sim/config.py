@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from etude.common.settings import Section
-from etude.sim.clock import SimClock
+from etude.sim.clock import SimClock, shared_clock
 from etude.sim.scenario import Scenario, load_scenario
 
 
@@ -17,6 +17,8 @@ class SimConfig(Section):
     """Simulated seconds per real second; unset: the scenario's."""
 
     def load(self) -> tuple[Scenario, SimClock]:
+        """The scenario, and the process's clock at its time scale (`shared_clock`): every
+        sim part a process builds from these settings waits on that one clock."""
         overrides = {} if self.time_scale is None else {"time_scale": self.time_scale}
         scenario = load_scenario(self.scenario, **overrides)
-        return scenario, SimClock(scenario.time_scale)
+        return scenario, shared_clock(scenario.time_scale)
