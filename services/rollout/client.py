@@ -20,9 +20,11 @@ trainer steps as soon as `groups_per_step` of them are complete, and stragglers 
 next step (GroupCollector). Except under the `sync` schedule, new groups are queued as
 others complete, while the trainer waits and while it trains. Every rollout entry carries
 `min_policy_version = trainer version − max_staleness`: a worker never starts it on an older
-policy. Trajectory entries are acknowledged only after the step that used them is
-checkpointed, so a trainer that crashes mid-step finds them again; those of groups already
-trained on (recorded in the checkpoint) are acknowledged and dropped.
+policy, and tokens that grew older than that by the time they are trained are left out of
+the loss (a long episode outlives steps; the rest of it is trained). Trajectory entries are
+acknowledged only after the step that used them is checkpointed, so a trainer that crashes
+mid-step finds them again; those of groups already trained on (recorded in the checkpoint)
+are acknowledged and dropped.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from etude.tasks.task import Task
 
 if TYPE_CHECKING:
     from etude.environment.client import EnvironmentClient
+    from etude.environment.types import ToolCatalog
     from etude.rollout.agent import Scorer, Tokenizer
     from etude.rollout.samplers import Generator
 
@@ -235,7 +238,7 @@ class Orchestrator:
         while True:
             for group_id in self.collector.drop_stale(trainer_version, self.max_staleness):
                 self._dropped += self._entries.pop(group_id, [])
-            if (batch := self.collector.take(trainer_version)) is not None:
+            if (batch := self.collector.take(trainer_version, self.max_staleness)) is not None:
                 break
             await self._receive(trainer_version + 1)
         entry_ids = [e for g in batch.groups for e in self._entries.pop(g.group_id, [])]
@@ -291,6 +294,14 @@ class Orchestrator:
         self.tasks.cursor = snapshot["task_cursor"]
         # Checkpoints written before tiers existed ran at the configured tier.
         self.hint_tier = snapshot.get("hint_tier", self.hint_tier)
+
+
+def first_prompt(instruction: str, catalog: ToolCatalog) -> str:
+    """An episode's first prompt as the agent loop writes it at hint tier 0: the system
+    prompt documenting every tool of `catalog`, then the task's instruction."""
+    from etude.rollout.prompt import episode_start, system_prompt
+
+    return episode_start(instruction, system_prompt(catalog))
 
 
 # -- episodes run here -------------------------------------------------------------------------

@@ -6,12 +6,20 @@ waited for — they complete later and feed the next step, their staleness (how 
 old their oldest token is when the trainer uses them) recorded. Within a group, a rollout
 that arrives after the group was handed to the trainer is kept aside, counted, and never
 handed out twice.
+
+Staleness is bounded per token: a token sampled more than `max_staleness` versions before
+the trainer's is left out of the loss, and the rest of its trajectory is trained. A
+heavy-tailed episode can outlive many steps; dropping its whole group would throw away the
+longest (costliest) episodes and bias the batch towards short ones. Only a group with no
+token recent enough left is dropped.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from itertools import compress
+
+import msgspec
 
 from etude.common.payloads import Trajectory
 from etude.rollout.types import Group, StepBatch
@@ -42,8 +50,8 @@ class GroupCollector:
         self.duplicates = 0
         """Rollouts delivered again (a worker died after writing, before acknowledging)."""
         self.stale = 0
-        """Complete groups dropped untrained: their oldest token was too old (drop_stale)."""
-        self._oldest: dict[str, int] = {}  # open group id -> its oldest sampled version
+        """Complete groups dropped untrained: not one token recent enough (drop_stale)."""
+        self._newest: dict[str, int] = {}  # open group id -> its newest sampled version
 
     def expect(self, group_id: str, size: int) -> None:
         if group_id in self._open or group_id in self._handed_out:
@@ -66,8 +74,8 @@ class GroupCollector:
             self.late += 1
             return False
         group.trajectories.append(trajectory)
-        oldest = oldest_version(trajectory)
-        self._oldest[group.group_id] = min(self._oldest.get(group.group_id, oldest), oldest)
+        newest = newest_version(trajectory)
+        self._newest[group.group_id] = max(self._newest.get(group.group_id, newest), newest)
         return True
 
     @property
@@ -91,20 +99,20 @@ class GroupCollector:
     def restore(self, snapshot: dict) -> None:
         self._handed_out = set(snapshot["handed_out"])
         self._open = OrderedDict((gid, Group(gid, size)) for gid, size in snapshot["open"].items())
-        self._oldest = {}  # the open groups' trajectories are delivered again
+        self._newest = {}  # the open groups' trajectories are delivered again
 
     def drop_stale(self, trainer_version: int, max_staleness: int) -> list[str]:
-        """Drop complete groups with a token more than `max_staleness` versions behind the
-        trainer: bounded staleness holds for what is trained, not only at a rollout's start
-        (a heavy-tailed episode can outlive many steps). Returns the dropped group ids; the
-        orchestrator's top-up schedules others in their place."""
+        """Drop complete groups whose every sampled token is more than `max_staleness`
+        versions behind the trainer: nothing of them could be trained. Returns the dropped
+        group ids; the orchestrator's top-up schedules others in their place."""
+        bound = trainer_version - max_staleness
         dropped = [
             g.group_id for g in self._open.values()
-            if g.complete and self._oldest[g.group_id] < trainer_version - max_staleness
+            if g.complete and self._newest[g.group_id] < bound
         ]  # fmt: skip
         for group_id in dropped:
             del self._open[group_id]
-            del self._oldest[group_id]
+            del self._newest[group_id]
             self._handed_out.add(group_id)
         self.stale += len(dropped)
         return dropped
@@ -113,21 +121,45 @@ class GroupCollector:
     def complete_groups(self) -> int:
         return sum(g.complete for g in self._open.values())
 
-    def take(self, trainer_version: int) -> StepBatch | None:
-        """The oldest `groups_per_step` complete groups, once that many are in; else None."""
+    def take(self, trainer_version: int, max_staleness: int | None = None) -> StepBatch | None:
+        """The oldest `groups_per_step` complete groups, once that many are in; else None.
+        With `max_staleness`, tokens sampled more than that many versions before
+        `trainer_version` are left out of the loss (`StepBatch.stale_tokens` counts them)."""
         ready = [g for g in self._open.values() if g.complete][: self.groups_per_step]
         if len(ready) < self.groups_per_step:
             return None
+        stale_tokens = 0
         for group in ready:
             del self._open[group.group_id]
-            self._oldest.pop(group.group_id, None)
+            self._newest.pop(group.group_id, None)
             self._handed_out.add(group.group_id)
+            if max_staleness is not None:
+                bound = trainer_version - max_staleness
+                for i, trajectory in enumerate(group.trajectories):
+                    group.trajectories[i], left_out = without_tokens_before(trajectory, bound)
+                    stale_tokens += left_out
         trajectories = [t for g in ready for t in g.trajectories]
-        oldest = [oldest_version(t) for t in trajectories]
         newest = [newest_version(t) for t in trajectories]
+        # A trajectory left with no token to train is as old as its newest sampled token.
+        sampled = zip(map(oldest_version, trajectories), newest, strict=True)
+        oldest = [o if o >= 0 else n for o, n in sampled]
         return StepBatch(
             ready,
             staleness=[trainer_version - o for o in oldest],
             in_flight=[n - o for o, n in zip(oldest, newest, strict=True)],
             in_queue=[trainer_version - n for n in newest],
+            stale_tokens=stale_tokens,
         )
+
+
+def without_tokens_before(trajectory: Trajectory, bound: int) -> tuple[Trajectory, int]:
+    """The trajectory with the tokens sampled by a version older than `bound` left out of
+    the loss, and how many they were (the trajectory itself when none)."""
+    if not 0 <= oldest_version(trajectory) < bound:
+        return trajectory, 0
+    mask = [
+        m if v >= bound else 0
+        for m, v in zip(trajectory.loss_mask, trajectory.policy_versions, strict=True)
+    ]
+    left_out = sum(trajectory.loss_mask) - sum(mask)
+    return msgspec.structs.replace(trajectory, loss_mask=mask), left_out

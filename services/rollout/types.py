@@ -44,6 +44,8 @@ class StepBatch:
     """Per trajectory: versions published while it was sampled (newest − oldest token)."""
     in_queue: list[int] = field(default_factory=list)
     """Per trajectory: versions published after its last token, until it is trained."""
+    stale_tokens: int = 0
+    """Sampled tokens left out of the loss: older than the run's `max_staleness` allows."""
 
 
 @dataclass(frozen=True, slots=True)

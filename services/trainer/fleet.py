@@ -30,7 +30,7 @@ from etude.environment.sim import SimEnvironment
 from etude.inference.local import InProcessInference
 from etude.inference.sim_backend import SimBackend
 from etude.reward.sim import SimScorer
-from etude.rollout.client import Orchestrator, TaskCycle
+from etude.rollout.client import Orchestrator, TaskCycle, first_prompt
 from etude.rollout.router import Router
 from etude.rollout.service import WorkerParts, assemble_worker
 from etude.sim.clock import SimClock
@@ -76,7 +76,11 @@ class FleetResult:
     cpu_seconds: float = 0.0
     """CPU time of this process (orchestrator, worker, router, trainer loop, engines)."""
     stale_groups: int = 0
-    """Complete groups dropped untrained, older than `max_staleness` allows."""
+    """Complete groups dropped untrained: not one token within `max_staleness`."""
+    stale_tokens: int = 0
+    """Sampled tokens of trained trajectories left out of the loss as too old."""
+    sampled_tokens: int = 0
+    """Tokens the policy sampled in the trained trajectories."""
     failed_rollouts: int = 0
     """Rollouts a worker gave back: a simulation with any has measured an error path."""
     loop_lag_p99: float = 0.0
@@ -196,6 +200,8 @@ class SimulatedFleet:
             waited = (done.waited.waited_seconds + done.sync_seconds) * scenario.time_scale
             result.step_waited.append(waited)
             result.step_trained.append(len(batch.staleness))  # one entry per trajectory
+            result.stale_tokens += batch.stale_tokens
+            result.sampled_tokens += done.stats.tokens
             result.staleness += batch.staleness
             result.in_flight += batch.in_flight
             result.in_queue += batch.in_queue
@@ -259,30 +265,39 @@ class SimulatedFleet:
 
 def balanced_trainer(scenario: Scenario, plan: FleetPlan, samples: int = 4000) -> Scenario:
     """The scenario with the trainer's per-token time set so that one step's training takes
-    as long as the fleet takes to generate one step's rollouts when every engine slot is busy
-    (the expected episode, decoding at a full batch, plus its tool calls, session and
-    scoring): generation and training balanced, as a serious deployment sizes them."""
-    import random
-
+    as long as the engines take to generate one step's rollouts when every sequence slot is
+    busy — what over-provisioning is for: decoding at a full batch, prefilling the episode's
+    first prompt and every tool output, and loading the step's weights.
+    Generation and training balanced, as a serious deployment sizes them; a trainer left
+    idle then measures what the schedule loses of the engines' capacity."""
     from etude.sim.episodes import ShapeSource
 
-    rng = random.Random(scenario.seed)
     shapes = ShapeSource(scenario.episodes, scenario.seed)
     engine = scenario.engine
-    step = engine.step_seconds(engine.max_num_seqs)
-    total_tokens = total_seconds = 0.0
+    prompt_tokens = first_prompt_tokens(TaskStore(BUNDLED_TASK_FILES), scenario)
+    generated = prefilled = 0
     for i in range(samples):
         shape = shapes.shape(f"balance-{i}")
-        seconds = shape.tokens * step + scenario.score_seconds.draw(rng)
-        seconds += scenario.session_seconds.draw(rng)
-        for turn in shape.turns:
-            calls = [scenario.tools.default.draw(rng) for _ in range(turn.tool_calls)]
-            seconds += max(calls, default=0.0)
-        total_tokens += shape.tokens
-        total_seconds += seconds
+        generated += shape.tokens
+        calls = sum(turn.tool_calls for turn in shape.turns)
+        outputs = sum(shapes.tool_output_tokens(f"balance-{i}/{c}") for c in range(calls))
+        prefilled += prompt_tokens + outputs
     rollouts = plan.groups_per_step * plan.group_size
-    slots = plan.engines * engine.max_num_seqs
-    generate_step = rollouts * (total_seconds / samples) / slots
-    tokens_per_step = rollouts * total_tokens / samples
+    tokens_per_step = rollouts * generated / samples
+    decode = tokens_per_step * engine.step_seconds(engine.max_num_seqs) / engine.max_num_seqs
+    prefill = rollouts * prefilled / samples * engine.prefill_seconds_per_token
+    generate_step = (decode + prefill) / plan.engines + engine.weight_load_seconds
     per_token = max(0.0, generate_step - scenario.trainer_step_seconds) / tokens_per_step
     return scenario.model_copy(update={"trainer_seconds_per_token": per_token})
+
+
+def first_prompt_tokens(tasks: TaskStore, scenario: Scenario) -> int:
+    """Mean length, in the sim's word tokens, of an episode's first prompt over `tasks`:
+    the system prompt with the real tool catalog and the task's instruction."""
+    catalog = SimEnvironment(scenario, SimClock(scenario.time_scale)).catalog
+    tokenizer = WordTokenizer()
+    lengths = [
+        len(tokenizer.encode(first_prompt(task.instruction, catalog)))
+        for task in tasks.tasks.values()
+    ]
+    return round(sum(lengths) / max(1, len(lengths)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from etude.common.metrics import LATENCY_BUCKETS_SECONDS
 
@@ -35,6 +35,10 @@ STALENESS_IN_QUEUE = Histogram(
     "etude_trainer_staleness_in_queue",
     "Versions published between each trained trajectory's last token and its step.",
     buckets=(0, 1, 2, 3, 4, 6, 8, 16),
+)
+STALE_TOKENS = Counter(
+    "etude_trainer_stale_tokens",
+    "Sampled tokens left out of the loss: more than max_staleness versions behind the trainer.",
 )
 TRAINER_IDLE = Gauge(
     "etude_trainer_idle_fraction",

@@ -303,6 +303,7 @@ class TrainingRun:
                                   (metrics.STALENESS_IN_QUEUE, waited.batch.in_queue)):  # fmt: skip
             for versions_behind in values:
                 histogram.observe(versions_behind)
+        metrics.STALE_TOKENS.inc(waited.batch.stale_tokens)
         metrics.TRAINER_IDLE.set(totals["wait_seconds"] / max(elapsed, 1e-9))
         trajectories = [t for g in waited.batch.groups for t in g.trajectories]
         return {
@@ -317,6 +318,7 @@ class TrainingRun:
             "wait_seconds": waited.waited_seconds,
             "staleness_mean": sum(staleness) / max(1, len(staleness)),
             "staleness_max": float(max(staleness, default=0)),
+            "stale_tokens": float(waited.batch.stale_tokens),
             "late_rollouts": float(totals["late"]),
             "rollouts_total": float(totals["rollouts"]),
             "rollouts_per_min": totals["rollouts"] / max(elapsed, 1e-9) * 60,

@@ -1,6 +1,7 @@
 """A trainer that trains nothing: each step takes the simulated time a real one would
-(`trainer_step_seconds` plus `trainer_seconds_per_token` per trained token, from the
-scenario) and reports the batch's figures. The simulated fleet runs the real RL loop
+(`trainer_step_seconds` plus `trainer_seconds_per_token` per token the policy sampled, from
+the scenario — tokens left out of the loss as too stale still pass through the forward and
+backward passes) and reports the batch's figures. The simulated fleet runs the real RL loop
 (etude.trainer.rl_loop) with it."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class SimulatedTrainer:
     def step(self, groups: list[list[Trajectory]]) -> StepStats:
         """Blocks, as a real step does (the run loop calls it in a thread)."""
         trajectories = [t for g in groups for t in g]
-        tokens = sum(sum(t.loss_mask) for t in trajectories)
+        tokens = sum(sum(v >= 0 for v in t.policy_versions) for t in trajectories)
         seconds = self.step_seconds(tokens)
         time.sleep(self.clock.real_seconds(seconds))
         self.steps += 1

@@ -75,18 +75,42 @@ def test_a_redelivered_rollout_is_counted_once_and_a_restored_collector_never_re
     assert [g.group_id for g in resumed.take(trainer_version=3).groups] == ["b"]
 
 
-def test_a_complete_group_too_stale_to_train_is_dropped_and_never_handed_out():
+def test_tokens_older_than_the_bound_are_left_out_of_the_loss_and_the_rest_is_trained():
+    collector = GroupCollector(groups_per_step=1)
+    collector.expect("long", size=2)
+    collector.add(_trajectory("long", 0, versions=(1, 6)))  # a partial rollout begun on 1
+    collector.add(_trajectory("long", 1, versions=(5, 6)))
+    assert collector.drop_stale(trainer_version=6, max_staleness=2) == []  # 6 is trainable
+    batch = collector.take(trainer_version=6, max_staleness=2)
+    first, second = batch.groups[0].trajectories
+    assert first.loss_mask == [0, 0, 1]  # version 1's token is out, version 6's is trained
+    assert second.loss_mask == [0, 1, 1]  # 5 is within 2 of 6
+    assert batch.stale_tokens == 1
+    assert batch.staleness == [0, 1] and batch.in_flight == [0, 1] and batch.in_queue == [0, 0]
+    assert first.token_ids == [1, 2, 3] and first.policy_versions == [-1, 1, 6]
+
+
+def test_a_complete_group_with_nothing_recent_enough_is_dropped_and_never_handed_out():
     collector = GroupCollector(groups_per_step=1)
     for group in ("old", "fresh"):
         collector.expect(group, size=2)
-    collector.add(_trajectory("old", 0, versions=(1, 6)))  # a partial rollout begun on 1
-    collector.add(_trajectory("old", 1, versions=(6, 6)))
+    collector.add(_trajectory("old", 0, versions=(1, 3)))
+    collector.add(_trajectory("old", 1, versions=(2, 3)))
     collector.add(_trajectory("fresh", 0, versions=(5, 6)))
     assert collector.drop_stale(trainer_version=6, max_staleness=2) == ["old"]
     assert collector.stale == 1 and collector.open_groups == 1
     assert not collector.add(_trajectory("old", 1))  # a redelivery: late, not trained
-    collector.add(_trajectory("fresh", 1, versions=(4, 6)))
-    assert collector.drop_stale(trainer_version=6, max_staleness=2) == []  # 4 is within 2
-    batch = collector.take(trainer_version=6)
+    collector.add(_trajectory("fresh", 1, versions=(3, 6)))  # one trainable token: kept
+    assert collector.drop_stale(trainer_version=6, max_staleness=2) == []
+    batch = collector.take(trainer_version=6, max_staleness=2)
     assert [g.group_id for g in batch.groups] == ["fresh"]
-    assert batch.staleness == [1, 2] and batch.in_flight == [1, 2] and batch.in_queue == [0, 0]
+    assert batch.staleness == [1, 0] and batch.stale_tokens == 1
+
+
+def test_without_a_bound_nothing_is_left_out():
+    collector = GroupCollector(groups_per_step=1)
+    collector.expect("a", size=1)
+    collector.add(_trajectory("a", 0, versions=(1, 6)))
+    batch = collector.take(trainer_version=9)
+    assert batch.groups[0].trajectories[0].loss_mask == [0, 1, 1] and batch.stale_tokens == 0
+    assert batch.staleness == [8]
