@@ -12,7 +12,11 @@ weight update takes.
   process (`TorchBackend.generate`, no gRPC), new tokens of all requests / wall time.
 - `update_weights_s_<preset>`: one UpdateWeights call through a real gRPC server on
   loopback: every tensor of the model, streamed in 2 MiB chunks, until the engine serves
-  the new version (median of the repetitions).
+  the new version; each call's reply and the policy served afterwards are checked. The
+  median of 3 calls, in quick mode too: the first call on a fresh server and channel also
+  pays one-time costs that a trainer's later updates do not (the connection's flow-control
+  window growing, the first touch of every buffer's pages), about a third more than a
+  later call of the tiny preset.
 
 Torch uses every core; any other load on the machine shows in these figures.
 
@@ -59,7 +63,7 @@ class Plan:
     update_repeats: int
 
 
-QUICK = Plan(max_tokens=32, hf_requests=3, requests_per_client=1, update_repeats=1)
+QUICK = Plan(max_tokens=32, hf_requests=3, requests_per_client=1, update_repeats=3)
 FULL = Plan(max_tokens=128, hf_requests=8, requests_per_client=3, update_repeats=3)
 
 
@@ -139,8 +143,11 @@ async def update_weights_seconds(name: str, repeats: int, vocab_size: int, token
             started = time.perf_counter()
             update = await client.update_weights(version, tensors)
             seconds.append(time.perf_counter() - started)
-            if update.version != version or update.tensors_updated == 0:
-                raise RuntimeError(f"UpdateWeights to version {version} answered {update}")
+            served = (await client.get_policy()).version
+            if (update.version, update.tensors_updated, served) != (version, len(tensors), version):
+                raise RuntimeError(
+                    f"UpdateWeights to version {version} answered {update}; serving {served}"
+                )
     finally:
         await client.close()
         await runtime.shutdown()
@@ -180,7 +187,8 @@ async def run(plan: Plan) -> dict:
             seconds = await update_weights_seconds(
                 name, plan.update_repeats, len(tokenizer), tokenizer
             )
-            metrics[f"update_weights_s_{name}"] = metric(seconds, "s")
+            target = 0.1 if name == "tiny" else None
+            metrics[f"update_weights_s_{name}"] = metric(seconds, "s", target=target)
     return metrics
 
 

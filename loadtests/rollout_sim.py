@@ -2,8 +2,8 @@
 
 One scenario — by default 16 engines × 64 concurrent sequences, 512 rollouts per step in
 groups of 8, heavy-tailed episodes (p99/p50 of generated tokens ≈ 10), the trainer's step
-time set so that generation and training are balanced — run under each rollout schedule
-in the same process, against the same redis-server:
+time set so that generation and training are balanced — run under each rollout schedule,
+each in a process of its own against the same redis-server:
 
 * `sync` (on-policy: nothing generates while the trainer trains),
 * `async` (bounded staleness S; weight updates drain each engine),
@@ -16,9 +16,12 @@ and versions are the real code. Throughput and trainer idle are measured in the 
 state (from the end of the first step). Every run must finish without a failed rollout,
 train at least three steps and keep its event loop punctual, or the benchmark fails.
 
-    python loadtests/rollout_sim.py --json out.json          # full, ~12 min on 2 cores
+    python loadtests/rollout_sim.py --json out.json          # full, ~11 min on 2 cores
     python loadtests/rollout_sim.py --quick                  # 2 engines, < 1 min
-    python loadtests/rollout_sim.py --engines 1024 --only async_partial  # the scale note
+    python loadtests/rollout_sim.py --quick --scenario local # the local run's calibration
+
+At 1,024 engines the agent loops would need dozens of cores: loadtests/orchestrator_scale.py
+keeps the orchestrator, the RL loop and Redis real and generates the workers' load.
 
 With `--json out.json`, the plot goes to out.png: throughput and trainer idle by schedule,
 and the staleness histogram of `async_partial`.
@@ -53,9 +56,11 @@ class Size:
     time_scale: float
 
 
-FULL = Size(engines=16, groups_per_step=64, over_provision=128, simulated_seconds=3600,
+# Long enough that the first steps' warm-up (every engine starting at once, nothing yet
+# carried over) is a small part of the steady state measured.
+FULL = Size(engines=16, groups_per_step=64, over_provision=128, simulated_seconds=5400,
             time_scale=20)  # fmt: skip
-QUICK = Size(engines=2, groups_per_step=8, over_provision=24, simulated_seconds=2000,
+QUICK = Size(engines=2, groups_per_step=8, over_provision=24, simulated_seconds=3000,
              time_scale=190)  # fmt: skip
 RUNS = (
     ("sync", "sync", "load_aware"),

@@ -15,7 +15,7 @@ from etude.api.v1 import inference_pb2, inference_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
 from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest, InferenceError
-from etude.inference.weight_stream import DEFAULT_CHUNK_BYTES, chunks
+from etude.inference.weight_stream import DEFAULT_CHUNK_BYTES, encoded_chunks
 from etude.inference.wire import delta_from_proto, load_from_proto, request_to_proto
 
 
@@ -50,6 +50,12 @@ class GrpcInference:
             target, settings or ClientSettings(), max_message_bytes, long_methods=LONG_METHODS
         )
         self.stub = inference_pb2_grpc.InferenceServiceStub(self.channel)
+        # The stub's UpdateWeights, but taking messages already serialised by
+        # `encoded_chunks`, which copies each tensor byte once (etude.inference.weight_stream).
+        self._update_weights = self.channel.stream_unary(
+            "/etude.api.v1.InferenceService/UpdateWeights",
+            response_deserializer=inference_pb2.UpdateWeightsResponse.FromString,
+        )
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
         call = self.stub.Generate(request_to_proto(request))
@@ -73,9 +79,9 @@ class GrpcInference:
     ) -> WeightUpdate:
         """`drain`: running completions finish under the old weights first (no completion
         spans two versions); otherwise the update lands between two decode steps."""
-        messages = chunks(version, tensors, chunk_bytes, drain=drain)
+        messages = encoded_chunks(version, tensors, chunk_bytes, drain=drain)
         try:
-            reply = await self.stub.UpdateWeights(iter(messages))
+            reply = await self._update_weights(messages)
         except aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise InferenceError(error.details()) from error

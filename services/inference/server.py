@@ -11,7 +11,7 @@ from etude.api.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from etude.common.grpc_server import Registration
 from etude.inference.serving import Serving
 from etude.inference.types import EngineFault, InferenceError
-from etude.inference.weight_stream import WeightStreamError, assemble
+from etude.inference.weight_stream import WeightStreamError, assemble, decode_chunk
 from etude.inference.wire import chunk_to_proto, load_to_proto, request_from_proto
 
 SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
@@ -72,10 +72,41 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         return load_to_proto(self.serving.load())
 
 
+def add_to_server(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
+    """The generated `add_InferenceServiceServicer_to_server`, except that UpdateWeights'
+    messages are decoded by `decode_chunk`, which leaves the tensor bytes in the received
+    buffer, rather than by `WeightChunk.FromString`, which copies them twice."""
+    pb = inference_pb2
+    handlers = {
+        "Generate": grpc.unary_stream_rpc_method_handler(
+            servicer.Generate,
+            request_deserializer=pb.GenerateRequest.FromString,
+            response_serializer=pb.GenerateChunk.SerializeToString,
+        ),
+        "UpdateWeights": grpc.stream_unary_rpc_method_handler(
+            servicer.UpdateWeights,
+            request_deserializer=decode_chunk,
+            response_serializer=pb.UpdateWeightsResponse.SerializeToString,
+        ),
+        "GetPolicy": grpc.unary_unary_rpc_method_handler(
+            servicer.GetPolicy,
+            request_deserializer=pb.GetPolicyRequest.FromString,
+            response_serializer=pb.PolicyInfo.SerializeToString,
+        ),
+        "GetLoad": grpc.unary_unary_rpc_method_handler(
+            servicer.GetLoad,
+            request_deserializer=pb.GetLoadRequest.FromString,
+            response_serializer=pb.EngineLoad.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
 def registration(servicer: InferenceServicer) -> Registration:
     return Registration(
         servicer,
-        inference_pb2_grpc.add_InferenceServiceServicer_to_server,
+        add_to_server,
         SERVICE_NAME,
         alive=lambda: servicer.backend.alive,
     )

@@ -68,7 +68,7 @@ class EpisodeShapes(_Part):
     replay: Path | None = None
     """Recorded episode shapes (JSONL, one `{"turns": [[tokens, tool_calls], ...],
     "reward": r}` per line, `etude.sim.episodes.record_shapes` writes them) drawn from
-    instead of the spreads above."""
+    instead of the spreads above; in a scenario file, relative to the file's folder."""
 
 
 class EngineModel(_Part):
@@ -134,6 +134,9 @@ def load_scenario(source: str | Path = "default", **overrides: object) -> Scenar
         raise ScenarioError(f"no scenario {source!r} (bundled: {', '.join(names)})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
+        episodes = data.get("episodes") if isinstance(data, dict) else None
+        if isinstance(episodes, dict) and episodes.get("replay"):  # relative to the file
+            episodes["replay"] = str(path.parent / episodes["replay"])
         return Scenario.model_validate({**data, **overrides})
     except (yaml.YAMLError, ValidationError) as error:
         raise ScenarioError(f"{path}: {error}") from error

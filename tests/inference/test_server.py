@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import grpc
 import httpx
@@ -22,7 +23,7 @@ from etude.common.settings import ClientSettings, GrpcSettings, get_settings
 from etude.inference.client import GrpcInference
 from etude.inference.metrics import watch_backend
 from etude.inference.openai_api import create_app
-from etude.inference.server import InferenceServicer, registration
+from etude.inference.server import SERVICE_NAME, InferenceServicer, add_to_server, registration
 from etude.inference.serving import Serving
 from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
 from etude.model.checkpoint import build_model
@@ -133,6 +134,49 @@ async def test_malformed_weight_streams_are_refused_and_change_nothing(service, 
             assert message in caught.value.details()
     assert backend.policy_version == 0
     assert torch.equal(backend.engine.model.lm_head.weight, weight)
+
+
+def test_every_method_of_the_service_is_registered(backend):
+    """`add_to_server` lists the methods by hand (to decode UpdateWeights its own way): a
+    method added to the proto must be added there too."""
+
+    class Recorder:
+        def add_generic_rpc_handlers(self, handlers):
+            pass
+
+        def add_registered_method_handlers(self, service, handlers):
+            self.registered = (service, set(handlers))
+
+    recorder = Recorder()
+    add_to_server(InferenceServicer(Serving(backend), max_update_bytes=1), recorder)
+    methods = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].methods_by_name
+    assert recorder.registered == (SERVICE_NAME, set(methods))
+
+
+@pytest.mark.parametrize("fault", ["nan in the last chunk", "inf in a one-chunk tensor", "shape"])
+async def test_a_bad_tensor_in_an_encoded_update_is_refused_and_changes_nothing(
+    service, backend, fault
+):
+    """The client's pre-serialised messages and the server's views of the received bytes
+    still reach the backend's checks: a bad tensor anywhere refuses the whole update."""
+    _, client, _ = service
+    model = backend.engine.model
+    before = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    tensors = [(name, t.clone()) for name, t in before.items()]
+    name, tensor = next((n, t) for n, t in tensors if t.numel() * 4 > 64 << 10)
+    if fault == "nan in the last chunk":  # 64 KiB chunks: the tensor spans several
+        tensor.view(-1)[-1] = float("nan")
+    elif fault == "inf in a one-chunk tensor":
+        name, tensor = next((n, t) for n, t in tensors if t.numel() * 4 <= 64 << 10)
+        tensor.view(-1)[0] = float("inf")
+    else:
+        tensors = [(n, t[:-1] if n == name else t) for n, t in tensors]
+    with pytest.raises(InferenceError, match=re.escape(name)):
+        await client.update_weights(1, tensors, chunk_bytes=64 << 10)
+    assert backend.policy_version == 0 and (await client.get_policy()).version == 0
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert len((await collect(client, greedy([5, 6], 3)))["tokens"]) == 3
 
 
 @pytest.mark.parametrize(
