@@ -65,7 +65,7 @@ from typing import NamedTuple
 from benchlib import argument_parser, metric, percentile, print_metrics, write_json
 
 from etude.common.payloads import RolloutRequest, Trajectory, encode
-from etude.common.queue import Delivery, QueueUnavailableError, queue_client
+from etude.common.queue import Delivery, QueueUnavailableError, queue_client, raise_if_cancelled
 from etude.common.redis_server import RedisServer
 from etude.common.settings import QueueSettings
 from etude.rollout.client import Orchestrator, TaskCycle
@@ -312,6 +312,7 @@ class LoadGenerator:
 
     async def _take(self) -> None:
         while True:
+            raise_if_cancelled()  # redis-py can swallow a cancel mid-command
             free = self.slots - len(self.held)
             if free <= 0:
                 self.freed.clear()
@@ -337,6 +338,7 @@ class LoadGenerator:
         """Hands each episode to the writers when it ends (a writer late to take it makes
         the trajectory late: lateness measures whether the generator keeps up)."""
         while True:
+            raise_if_cancelled()  # redis-py can swallow a cancel mid-command
             now = time.monotonic()
             while self.due and self.due[0][0] <= now:
                 self.ended.put_nowait(heapq.heappop(self.due))
@@ -344,6 +346,7 @@ class LoadGenerator:
 
     async def _write(self) -> None:
         while True:
+            raise_if_cancelled()  # redis-py can swallow a cancel mid-command
             due, _, delivery, episode, started = await self.ended.get()
             await self._finish(delivery, episode, started, due)
 
@@ -386,6 +389,7 @@ class LoadGenerator:
 
     async def _follow_version(self) -> None:
         while True:
+            raise_if_cancelled()  # redis-py can swallow a cancel mid-command
             version = int(await self.client.get(version_key(RUN_ID)) or 0)
             if version != self.versions[-1]:
                 self.changes.append(time.monotonic())
@@ -398,6 +402,7 @@ class LoadGenerator:
     async def _heartbeat(self) -> None:
         """What a worker's heartbeats cost Redis (a touch per held entry), sent in batches."""
         while True:
+            raise_if_cancelled()  # redis-py can swallow a cancel mid-command
             await asyncio.sleep(self.size.heartbeat_seconds / self.scale)
             held = list(self.held)
             for i in range(0, len(held), 1000):
@@ -406,6 +411,7 @@ class LoadGenerator:
 
     async def _sample(self) -> None:
         while True:
+            raise_if_cancelled()  # redis-py can swallow a cancel mid-command
             self.result.held[int(time.monotonic() / BIN_SECONDS)] = len(self.held)
             await asyncio.sleep(1.0)
 
