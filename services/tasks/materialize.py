@@ -1,14 +1,30 @@
-"""Building a task's repository from its record, once, into a cache directory."""
+"""Building a task's repository from its record, once per base commit, into a cache
+directory.
+
+The repository is what the agent's sessions open and what grading starts from: one branch
+at the base commit, and nothing of the fix (etude.tasks.repo.export_commit / seal).
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
 from pathlib import Path
 
-from etude.tasks.repo import apply_patch, commit_snapshot, copy_files
+from etude.tasks.repo import (
+    OBJECT_ID,
+    CommitNotFoundError,
+    GitError,
+    LeakyRepositoryError,
+    apply_patch,
+    commit_snapshot,
+    copy_files,
+    export_commit,
+)
+from etude.tasks.sources import RepositorySources, SourceNotFoundError
 from etude.tasks.synth.synthesize import Project, load_project
 from etude.tasks.task import Task
 
@@ -44,10 +60,23 @@ def build_buggy_repository(project: Project, bug_patch: str, workdir: Path) -> s
 
 
 def _head(repository: Path) -> str | None:
+    # `--git-dir`: a cache entry without its own .git must not answer with the HEAD of a
+    # repository around the cache.
     done = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True
-    )
+        ["git", "--git-dir", str(repository / ".git"), "rev-parse", "HEAD"],
+        capture_output=True, text=True,
+    )  # fmt: skip
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def repository_key(task: Task) -> str:
+    """The cache entry of a task's repository: tasks on one commit of one repository share
+    it."""
+    if not OBJECT_ID.fullmatch(task.base_commit):
+        # Also what keeps the key one path component inside the cache.
+        raise MaterializeError(f"{task.id}: base_commit {task.base_commit!r} is not a commit id")
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "__", task.repo).lstrip(".")
+    return f"{name}@{task.base_commit}"
 
 
 def materialize(
@@ -55,24 +84,29 @@ def materialize(
     cache_dir: Path,
     projects_dir: Path = PROJECTS_DIR,
     checkouts_dir: Path | None = None,
+    *,
+    sources: RepositorySources | None = None,
 ) -> Path:
-    """The task's repository at its base commit under `cache_dir/<task id>` (reused when
-    already there and at the right commit)."""
-    target = cache_dir / task.id
+    """The task's repository at its base commit under `cache_dir` (reused when already
+    there and at the right commit). SWE-bench-style tasks take it from `sources`, and from
+    `checkouts_dir`, a directory of checkouts (see etude.tasks.sources)."""
+    target = cache_dir / repository_key(task)
     if target.is_dir():
         if _head(target) == task.base_commit:
             return target
         shutil.rmtree(target, ignore_errors=True)  # stale: built from another commit
     # Several processes (rollout workers, the reward service) may build the same task at
     # once: each in its own staging directory; the first rename wins, the others find it.
-    staging = cache_dir / f".{task.id}.partial-{os.getpid()}-{threading.get_ident()}"
+    staging = cache_dir / f".{target.name}.partial-{os.getpid()}-{threading.get_ident()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
         if task.repo.startswith(BUNDLED_PREFIX):
             commit = _bundled(task, projects_dir, staging)
         else:
-            commit = _checkout(task, checkouts_dir, staging)
+            commit = _checkout(
+                task, (sources or RepositorySources()).with_checkouts(checkouts_dir), staging
+            )
         if commit != task.base_commit:
             raise MaterializeError(
                 f"{task.id}: rebuilt commit {commit} differs from the record's "
@@ -100,20 +134,9 @@ def _bundled(task: Task, projects_dir: Path, workdir: Path) -> str:
     return build_buggy_repository(project, task.metadata.get("bug_patch", ""), workdir)
 
 
-def _checkout(task: Task, checkouts_dir: Path | None, workdir: Path) -> str:
-    """SWE-bench-style tasks: clone from a directory of checkouts (`owner__name` or
-    `owner/name`) and check out the base commit."""
-    if checkouts_dir is None:
-        raise MaterializeError(f"{task.id}: needs --checkouts, a directory of repositories")
-    candidates = [checkouts_dir / task.repo.replace("/", "__"), checkouts_dir / task.repo]
-    source = next((c for c in candidates if (c / ".git").exists()), None)
-    if source is None:
-        raise MaterializeError(f"{task.id}: no checkout of {task.repo} in {checkouts_dir}")
-    for args in (
-        ["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(workdir)],
-        ["git", "-C", str(workdir), "checkout", "-q", task.base_commit],
-    ):
-        done = subprocess.run(args, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise MaterializeError(f"{task.id}: {' '.join(args[:3])}: {done.stderr.strip()}")
-    return _head(workdir) or ""
+def _checkout(task: Task, sources: RepositorySources, workdir: Path) -> str:
+    """SWE-bench-style tasks: the base commit of the task's repository, alone."""
+    try:
+        return export_commit(sources.locate(task.repo), task.base_commit, workdir)
+    except (SourceNotFoundError, CommitNotFoundError, GitError, LeakyRepositoryError) as error:
+        raise MaterializeError(f"{task.id}: {error}") from error

@@ -2,7 +2,10 @@
 
 A task's repository is rebuilt from its record alone: the bundled project, minus its hidden
 tests, with the bug patch applied, committed once with a fixed author and date so the
-commit id is the same on every machine (and no history leaks the fix).
+commit id is the same on every machine (and no history leaks the fix). A SWE-bench-style
+task's repository is its base commit exported from a source repository with nothing else
+(`export_commit`): the agent runs git on it, and a branch, tag, reflog or stray object of
+the source would hand it the fix.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -121,16 +125,114 @@ def copy_files(source: Path, target: Path, files: list[str]) -> None:
 
 def commit_snapshot(workdir: Path, message: str) -> str:
     """Make `workdir` a repository with one commit of its files; returns the commit id."""
-    env = {**os.environ, **COMMITTER, "GIT_CEILING_DIRECTORIES": str(workdir.resolve().parent)}
+    git = _git(workdir, COMMITTER)
+    git("init", "-q", "--template=", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "--no-gpg-sign", "-m", message)
+    for key, value in AGENT_IDENTITY.items():
+        git("config", key, value)
+    seal(workdir)
+    return git("rev-parse", "HEAD")
+
+
+class GitError(RuntimeError):
+    """A git command failed; the message carries what git said."""
+
+
+class CommitNotFoundError(LookupError):
+    """The source repository does not hold the commit asked for."""
+
+
+# A full object id (SHA-1 or SHA-256): anything else handed to git as a revision could
+# be an abbreviation that resolves differently, or an option (`--upload-pack=…`).
+OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+# So that `git commit` and `git stash` work for the agent (HOME is empty in a sandbox).
+AGENT_IDENTITY = {"user.name": "etude agent", "user.email": "agent@etude.invalid"}
+
+
+def export_commit(source: Path, commit: str, workdir: Path) -> str:
+    """Make the empty `workdir` a repository of `commit` of the repository at `source` (a
+    working checkout or a bare one) and of nothing else; returns the commit id.
+
+    The commit keeps its id and is checked out on branch `main`; its parents are cut off
+    (a shallow repository of depth 1), so every object there is one the commit's tree
+    holds. Nothing made after the commit (the fix, its tests) has a trace: no remote, no
+    other branch or tag, no reflog, no FETCH_HEAD, no alternates pointing at `source`.
+    """
+    if not OBJECT_ID.fullmatch(commit):
+        raise CommitNotFoundError(f"{commit!r} is not a full commit id")
+    if not source.is_dir():
+        raise CommitNotFoundError(f"no repository at {source}")
+    probe = subprocess.run(
+        ["git", "cat-file", "-e", f"{commit}^{{commit}}"],
+        cwd=source, env=_git_env(source), capture_output=True,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        raise CommitNotFoundError(f"commit {commit} is not in {source}")
+    git = _git(workdir)
+    git("init", "-q", "--template=", "-b", "main")
+    # By path, not as a remote: the repository keeps no address of its source. Only the
+    # commit is asked for, one deep, without tags: the pack holds its tree and no more.
+    git("fetch", "-q", "--no-tags", "--no-write-fetch-head", "--depth", "1", "--",
+        str(source.resolve()), commit)  # fmt: skip
+    git("reset", "-q", "--hard", commit)  # the unborn `main` becomes the commit
+    for key, value in AGENT_IDENTITY.items():
+        git("config", key, value)
+    seal(workdir)
+    return git("rev-parse", "HEAD")
+
+
+class LeakyRepositoryError(RuntimeError):
+    """A task repository holds something beyond its one branch (a bug here, or a git that
+    behaves differently): refused rather than handed to an agent."""
+
+
+def seal(workdir: Path) -> None:
+    """Forget what the repository remembers besides branch `main`, then check that nothing
+    else is left: no other ref, no reflog, no alternates, no object `main` does not reach."""
+    git = _git(workdir)
+    dot_git = workdir / ".git"
+    for name in ("FETCH_HEAD", "ORIG_HEAD", "MERGE_HEAD", "logs"):
+        shutil.rmtree(dot_git / name, ignore_errors=True)
+        (dot_git / name).unlink(missing_ok=True)
+    refs = git("for-each-ref", "--format=%(refname)").split()
+    if refs != ["refs/heads/main"]:
+        raise LeakyRepositoryError(f"{workdir}: refs besides main: {refs}")
+    if (dot_git / "objects" / "info" / "alternates").exists():
+        raise LeakyRepositoryError(f"{workdir}: borrows objects from another repository")
+    if git("remote"):
+        raise LeakyRepositoryError(f"{workdir}: has a remote")
+    present = set(git("cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split())
+    reachable = {line.split()[0] for line in git("rev-list", "--objects", "main").splitlines()}
+    if present - reachable:
+        raise LeakyRepositoryError(
+            f"{workdir}: {len(present - reachable)} objects main does not reach"
+        )
+
+
+def _git_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """git's environment with nothing of the host's: no GIT_* variable (GIT_DIR would
+    redirect every command), no user or system configuration (a template directory, hooks,
+    `fetch.*` defaults), and no discovery above `workdir`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    return {
+        **env, **(extra or {}),
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CEILING_DIRECTORIES": str(workdir.resolve().parent), "GIT_TERMINAL_PROMPT": "0",
+    }  # fmt: skip
+
+
+def _git(workdir: Path, extra: dict[str, str] | None = None):
+    env = _git_env(workdir, extra)
 
     def git(*args: str) -> str:
         done = subprocess.run(
-            ["git", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false", *args],
-            cwd=workdir, env=env, capture_output=True, check=True,
+            ["git", "-c", "core.autocrlf=false", *args],
+            cwd=workdir, env=env, capture_output=True,
         )  # fmt: skip
+        if done.returncode != 0:
+            said = done.stderr.decode(errors="replace").strip()
+            raise GitError(f"git {' '.join(args[:2])} in {workdir}: {said}")
         return done.stdout.decode().strip()
 
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-q", "--no-gpg-sign", "-m", message)
-    return git("rev-parse", "HEAD")
+    return git

@@ -1,0 +1,87 @@
+"""Where the git repositories of SWE-bench-style tasks are found on this machine.
+
+A task names its repository `owner/name`. A `RepositorySources` maps that name to a git
+repository: one named on its own (`owner/name=PATH`: a working checkout, e.g. a project of
+your own, or a bare mirror), or one found in a directory of them, as `owner__name`,
+`owner/name`, or either with `.git` appended (how `git clone --mirror` names a mirror).
+Only the task's base commit is ever taken out of it (etude.tasks.repo.export_commit), so a
+source may hold any history, the fixes included.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# `owner/name` as code hosts spell it; anything else (`..`, an absolute path) could make a
+# lookup leave the checkouts directory.
+REPOSITORY_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+
+
+class SourceNotFoundError(LookupError):
+    """No source holds the repository; the message says where it was looked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepositorySources:
+    repositories: Mapping[str, Path] = field(default_factory=dict)
+    """Repositories named one by one, `owner/name` → path; looked at first."""
+    checkouts: tuple[Path, ...] = ()
+    """Directories of repositories (checkouts or bare mirrors), searched in order."""
+
+    @classmethod
+    def parse(cls, values: Iterable[str]) -> RepositorySources:
+        """From command-line values: `owner/name=PATH` names one repository, a plain
+        `PATH` a directory of them."""
+        repositories: dict[str, Path] = {}
+        checkouts: list[Path] = []
+        for value in values:
+            name, equals, path = value.partition("=")
+            if not equals:
+                checkouts.append(Path(value).expanduser())
+            elif not is_repository_name(name) or not path:
+                raise ValueError(f"{value!r}: expected owner/name=PATH or a directory")
+            else:
+                repositories[name] = Path(path).expanduser()
+        return cls(repositories, tuple(checkouts))
+
+    def with_checkouts(self, directory: Path | None) -> RepositorySources:
+        """These sources, then `directory` (the older `checkouts_dir` argument)."""
+        if directory is None or directory in self.checkouts:
+            return self
+        return RepositorySources(self.repositories, (*self.checkouts, directory))
+
+    def locate(self, repo: str) -> Path:
+        """The repository for `repo` (`owner/name`); SourceNotFoundError when none holds it."""
+        if repo in self.repositories:
+            named = self.repositories[repo]
+            if not is_repository(named):
+                raise SourceNotFoundError(f"{repo}: {named} is not a git repository")
+            return named
+        if not is_repository_name(repo):
+            raise SourceNotFoundError(f"{repo!r} is not an owner/name repository name")
+        if not self.checkouts:
+            raise SourceNotFoundError(
+                f"{repo}: no repository sources given (a directory of checkouts, or {repo}=PATH)"
+            )
+        flat = repo.replace("/", "__")
+        names = (flat, repo, f"{flat}.git", f"{repo}.git")
+        for directory in self.checkouts:
+            for name in names:
+                if is_repository(directory / name):
+                    return directory / name
+        looked = ", ".join(str(d) for d in self.checkouts)
+        raise SourceNotFoundError(f"{repo}: no {' or '.join(names)} in {looked}")
+
+
+def is_repository_name(name: str) -> bool:
+    return bool(REPOSITORY_NAME.fullmatch(name)) and not {".", ".."} & set(name.split("/"))
+
+
+def is_repository(path: Path) -> bool:
+    """A working checkout (`.git`, a directory or a worktree's file) or a bare repository."""
+    if (path / ".git").exists():
+        return True
+    return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
