@@ -3,10 +3,16 @@ stop) and by the training loop (status, step, policy version, metrics), read by 
 
 Keys, for a prefix `P`: `P:run:<id>` is a hash (scalar fields as strings, `config` as JSON,
 each metric as its own field `metric:<name>`), `P:runs` a sorted set of ids scored by
-creation time. A metric per field means two writers reporting different metrics never
-overwrite each other's, and every update sets only the fields it changes. The status rules
-(a terminal status is final; a run asked to stop stays `stopping` until it ends) are checked
+creation time, `P:runs:active` the set of runs not yet ended. A metric per field means two
+writers reporting different metrics never overwrite each other's, and every update sets only
+the fields it changes. The status rules (a terminal status is final; a run asked to stop
+stays `stopping` until it ends; a queued run no driver has taken stops at once) are checked
 and applied in one Lua script, so a trainer's `running` cannot undo a concurrent stop.
+
+A run ends even when nothing is left to end it: its driver writes `heartbeat_ms` every few
+seconds (`heartbeat`), and `reap` marks an active run whose heartbeat is older than a bound
+`failed` — or `stopped`, when a stop was requested — with the reason in `error`. The gateway
+reaps (etude.gateway.app), so `etude runs show` never shows a dead run as `running`.
 
 Only Redis 6.2 commands are used; the client must not decode responses (the queue shares it).
 """
@@ -31,16 +37,19 @@ TERMINAL = frozenset({"stopped", "finished", "failed"})
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 _METRIC = "metric:"
 
-# KEYS: run hash, runs index. ARGV: id, created_ms, field/value pairs.
+# KEYS: run hash, runs index, active set. ARGV: id, created_ms, field/value pairs.
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[1])
 return 1
 """
 
-# KEYS: run hash. ARGV: status ('' keeps it), stop ('1' requests a stop), updated_ms,
-# field/value pairs. Returns 'missing', 'final:<status>' (refused), or 'ok'.
+# KEYS: run hash, active set. ARGV: status ('' keeps it), stop ('1' requests a stop),
+# updated_ms, run id, field/value pairs. Returns 'missing', 'final:<status>' (refused), or
+# 'ok'. A stop of a run still queued with no driver's heartbeat ends it at once: no driver
+# is there to see the request (a launcher that starts one later finds it ended).
 _UPDATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
 local terminal = {stopped = true, finished = true, failed = true}
@@ -50,16 +59,39 @@ if ARGV[2] == '1' then
   if terminal[current] then return 'ok' end
   redis.call('HSET', KEYS[1], 'stop_requested', '1')
   status = 'stopping'
+  if current == 'queued' and not redis.call('HGET', KEYS[1], 'heartbeat_ms') then
+    status = 'stopped'
+  end
 end
 if status ~= '' then
   if terminal[current] and not terminal[status] then return 'final:' .. current end
   local stopping = redis.call('HGET', KEYS[1], 'stop_requested') == '1'
   if stopping and (status == 'queued' or status == 'running') then status = 'stopping' end
   redis.call('HSET', KEYS[1], 'status', status)
+  if terminal[status] then redis.call('SREM', KEYS[2], ARGV[4]) end
 end
 redis.call('HSET', KEYS[1], 'updated_ms', ARGV[3])
-if #ARGV > 3 then redis.call('HSET', KEYS[1], unpack(ARGV, 4)) end
+if #ARGV > 4 then redis.call('HSET', KEYS[1], unpack(ARGV, 5)) end
 return 'ok'
+"""
+
+# KEYS: run hash, active set. ARGV: now_ms, bound_ms, reason, run id. Ends a running or
+# stopping run whose driver's heartbeat (else its last update) is older than the bound;
+# returns the status it ended with, or ''.
+_REAP = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then redis.call('SREM', KEYS[2], ARGV[4]) return '' end
+local terminal = {stopped = true, finished = true, failed = true}
+if terminal[status] then redis.call('SREM', KEYS[2], ARGV[4]) return '' end
+if status ~= 'running' and status ~= 'stopping' then return '' end
+local beat = redis.call('HGET', KEYS[1], 'heartbeat_ms')
+beat = tonumber(beat or redis.call('HGET', KEYS[1], 'updated_ms') or '0')
+if tonumber(ARGV[1]) - beat <= tonumber(ARGV[2]) then return '' end
+local ending = 'failed'
+if redis.call('HGET', KEYS[1], 'stop_requested') == '1' then ending = 'stopped' end
+redis.call('HSET', KEYS[1], 'status', ending, 'error', ARGV[3], 'updated_ms', ARGV[1])
+redis.call('SREM', KEYS[2], ARGV[4])
+return ending
 """
 
 
@@ -82,6 +114,8 @@ class RunRecord:
     error: str = ""
     stop_requested: bool = False
     output_dir: str = ""
+    heartbeat_ms: int = 0
+    """When the run's driver last said it is alive (0: no driver yet)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: a NaN or infinite metric (a diverged loss) becomes None, which JSON
@@ -109,6 +143,7 @@ class RunRecord:
             error=text.get("error", ""),
             stop_requested=text.get("stop_requested") == "1",
             output_dir=text.get("output_dir", ""),
+            heartbeat_ms=int(text.get("heartbeat_ms", 0)),
         )
 
 
@@ -116,6 +151,15 @@ class RunNotFoundError(LookupError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no run {run_id!r}")
         self.run_id = run_id
+
+
+class RunFailedError(RuntimeError):
+    """The run was failed elsewhere (a rollout worker that could not find or build a task,
+    the reaper): its driver stops, leaving the recorded reason as it is."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id!r} failed: {reason}")
+        self.reason = reason
 
 
 class RunRegistry:
@@ -126,6 +170,7 @@ class RunRegistry:
         self.prefix = prefix
         self._create = redis.register_script(_CREATE)
         self._update = redis.register_script(_UPDATE)
+        self._reap = redis.register_script(_REAP)
 
     def _key(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}"
@@ -133,6 +178,10 @@ class RunRegistry:
     @property
     def _index(self) -> str:
         return f"{self.prefix}:runs"
+
+    @property
+    def _active(self) -> str:
+        return f"{self.prefix}:runs:active"
 
     async def create(self, config: RunConfig, run_id: str | None = None) -> RunRecord:
         """Record a new run as `queued`. Without `run_id`: `<name>-<8 random hex digits>`.
@@ -160,7 +209,7 @@ class RunRegistry:
                 "output_dir": "",
             }
             pairs = [str(part) for item in fields.items() for part in item]
-            keys = [self._key(candidate), self._index]
+            keys = [self._key(candidate), self._index, self._active]
             if await self._create(keys=keys, args=[candidate, now, *pairs]):
                 return record
             if run_id is not None:
@@ -209,8 +258,9 @@ class RunRegistry:
         return await self.get(run_id)
 
     async def request_stop(self, run_id: str) -> RunRecord:
-        """Ask the run to stop: `stop_requested` and status `stopping`. A run that already
-        ended is left as it is (the caller sees its terminal status)."""
+        """Ask the run to stop: `stop_requested` and status `stopping` (`stopped` at once for
+        a queued run no driver has taken yet). A run that already ended is left as it is (the
+        caller sees its terminal status)."""
         await self._apply(run_id, "", stop=True, fields={})
         return await self.get(run_id)
 
@@ -221,10 +271,50 @@ class RunRegistry:
         key = self._key(run_id)
         if not await self.redis.exists(key):
             raise RunNotFoundError(run_id)
-        await self.redis.hset(key, mapping={
-            "status": "running", "stop_requested": "0", "error": "", "updated_ms": str(_now_ms()),
-        })  # fmt: skip
+        now = str(_now_ms())
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={
+                "status": "running", "stop_requested": "0", "error": "", "updated_ms": now,
+                "heartbeat_ms": now,
+            })  # fmt: skip
+            pipe.sadd(self._active, run_id)
+            await pipe.execute()
         return await self.get(run_id)
+
+    async def heartbeat(self, run_id: str) -> None:
+        """The driver is alive (see `reap`)."""
+        await self.redis.hset(self._key(run_id), "heartbeat_ms", str(_now_ms()))
+
+    async def should_stop(self, run_id: str) -> bool:
+        """What a training loop asks between steps and while it waits: True when a stop was
+        requested (or the run was ended as stopped); RunFailedError when the run was failed
+        elsewhere, with the recorded reason."""
+        status, stop, error = await self.redis.hmget(
+            self._key(run_id), ["status", "stop_requested", "error"]
+        )
+        if status is None:
+            raise RunNotFoundError(run_id)
+        if status == b"failed":
+            raise RunFailedError(run_id, (error or b"").decode() or "no reason recorded")
+        return stop == b"1" or status in (b"stopped", b"finished")
+
+    async def reap(self, max_silence_seconds: float, run_id: str | None = None) -> dict[str, str]:
+        """End the active runs (or just `run_id`) whose driver has not written a heartbeat
+        for `max_silence_seconds`: `stopped` when a stop was requested, else `failed`, with
+        the reason in `error`. Returns {run id: the status it ended with}."""
+        ids = [run_id] if run_id else [i.decode() for i in await self.redis.smembers(self._active)]
+        reason = (
+            f"no heartbeat from the run's driver for over {max_silence_seconds:g} s: "
+            "the trainer process died or lost Redis"
+        )
+        ended = {}
+        for each in ids:
+            keys = [self._key(each), self._active]
+            args = [_now_ms(), int(max_silence_seconds * 1000), reason, each]
+            outcome = (await self._reap(keys=keys, args=args)).decode()
+            if outcome:
+                ended[each] = outcome
+        return ended
 
     async def stop_requested(self, run_id: str) -> bool:
         value = await self.redis.hget(self._key(run_id), "stop_requested")
@@ -234,8 +324,9 @@ class RunRegistry:
 
     async def _apply(self, run_id: str, status: str, *, stop: bool, fields: dict[str, str]) -> None:
         pairs = [part for item in fields.items() for part in item]
-        args = [status, "1" if stop else "0", str(_now_ms()), *pairs]
-        outcome = (await self._update(keys=[self._key(run_id)], args=args)).decode()
+        args = [status, "1" if stop else "0", str(_now_ms()), run_id, *pairs]
+        keys = [self._key(run_id), self._active]
+        outcome = (await self._update(keys=keys, args=args)).decode()
         if outcome == "missing":
             raise RunNotFoundError(run_id)
         if outcome.startswith("final:"):

@@ -95,6 +95,17 @@ class StackSettings(Section):
     """How long a component may take to exit after SIGTERM before it is killed."""
 
 
+class RunsSettings(Section):
+    """How a run shows it is alive, and when it is taken for dead (etude.common.runs)."""
+
+    heartbeat_seconds: float = Field(default=5.0, gt=0, le=3600)
+    """How often a run's driver (`etude train`) writes its heartbeat."""
+    driver_timeout_seconds: float = Field(default=60.0, gt=0, le=7 * 86_400)
+    """A running or stopping run whose driver has written no heartbeat for this long is
+    ended by the gateway's reaper: `stopped` if a stop was requested, else `failed`. Keep
+    it several heartbeats long."""
+
+
 class AuthSettings(Section):
     """Credentials of services and their callers (see etude.common.auth)."""
 
@@ -148,6 +159,7 @@ class EtudeSettings(BaseSettings):
     stack: StackSettings = StackSettings()
     services: ServiceAddresses = ServiceAddresses()
     auth: AuthSettings = AuthSettings()
+    runs: RunsSettings = RunsSettings()
 
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]

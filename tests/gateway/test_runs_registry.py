@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from etude.common.run_config import RunConfig
-from etude.common.runs import RunNotFoundError, RunRegistry
+from etude.common.runs import RunFailedError, RunNotFoundError, RunRegistry
 
 
 @pytest.fixture
@@ -101,6 +101,7 @@ async def test_a_resumed_run_is_reopened_from_any_ending(registry):
 
 async def test_stop_request_wins_over_a_late_running_report(registry):
     await registry.create(RunConfig(), run_id="s")
+    await registry.heartbeat("s")  # a driver has taken the run
     assert not await registry.stop_requested("s")
     record = await registry.request_stop("s")
     assert (record.status, record.stop_requested) == ("stopping", True)
@@ -115,6 +116,7 @@ async def test_stop_request_wins_over_a_late_running_report(registry):
 
 async def test_concurrent_writers_lose_no_fields(registry):
     await registry.create(RunConfig(), run_id="c")
+    await registry.heartbeat("c")
     writes = [registry.update("c", metrics={f"m{n}": float(n)}) for n in range(50)]
     writes += [registry.update("c", step=7), registry.update("c", policy_version=3),
                registry.request_stop("c")]  # fmt: skip
@@ -136,3 +138,56 @@ async def test_a_decoding_client_is_refused(redis_url):
     with pytest.raises(ValueError, match="decode_responses"):
         RunRegistry(client)
     await client.aclose()
+
+
+async def test_a_queued_run_no_driver_took_stops_at_once(registry):
+    """Nothing would ever move it on from `stopping`; the driver a launcher starts later
+    finds it ended and does not run it."""
+    await registry.create(RunConfig(), run_id="q")
+    record = await registry.request_stop("q")
+    assert (record.status, record.stop_requested) == ("stopped", True)
+    await registry.heartbeat("q")
+    with pytest.raises(ValueError, match="has ended"):
+        await registry.update("q", status="running")
+
+
+async def test_should_stop_reports_a_stop_and_raises_for_a_failure(registry):
+    await registry.create(RunConfig(), run_id="w")
+    await registry.heartbeat("w")
+    await registry.update("w", status="running")
+    assert not await registry.should_stop("w")
+    await registry.request_stop("w")
+    assert await registry.should_stop("w")
+    await registry.create(RunConfig(), run_id="f")
+    await registry.update("f", status="failed", error="TaskNotFoundError: no task 'x'")
+    with pytest.raises(RunFailedError, match="no task 'x'") as failed:
+        await registry.should_stop("f")
+    assert failed.value.reason == "TaskNotFoundError: no task 'x'"
+    with pytest.raises(RunNotFoundError):
+        await registry.should_stop("ghost")
+
+
+async def test_the_reaper_ends_runs_whose_driver_went_silent(registry, client):
+    for run_id in ("alive", "dead", "dead-stopping", "queued", "done"):
+        await registry.create(RunConfig(), run_id=run_id)
+    for run_id in ("alive", "dead", "dead-stopping"):
+        await registry.heartbeat(run_id)
+        await registry.update(run_id, status="running")
+    await registry.request_stop("dead-stopping")
+    await registry.update("done", status="finished")
+    assert await client.smembers("t:runs:active") == {b"alive", b"dead", b"dead-stopping",
+                                                      b"queued"}  # fmt: skip
+    # Their drivers' last heartbeats, a minute ago; "alive" beats on.
+    for run_id in ("dead", "dead-stopping"):
+        await client.hset(f"t:run:{run_id}", mapping={"heartbeat_ms": 1, "updated_ms": 1})
+    assert await registry.reap(30.0) == {"dead": "failed", "dead-stopping": "stopped"}
+    dead, stopped = await registry.get("dead"), await registry.get("dead-stopping")
+    assert "no heartbeat from the run's driver for over 30 s" in dead.error
+    assert stopped.error == dead.error
+    assert (await registry.get("alive")).status == "running"
+    assert (await registry.get("queued")).status == "queued"  # no driver yet: a launcher's
+    assert await client.smembers("t:runs:active") == {b"alive", b"queued"}
+    assert await registry.reap(30.0) == {}  # once
+    # A driver that comes back cannot take its run back.
+    with pytest.raises(ValueError, match="has ended"):
+        await registry.update("dead", status="running")
