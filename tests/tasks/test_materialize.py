@@ -158,3 +158,18 @@ def test_a_repository_name_cannot_leave_the_checkouts_directory(tmp_path, upstre
     outside = replace(upstream.task(), repo="../checkouts/acme__widget")
     with pytest.raises(MaterializeError, match="not an owner/name repository name"):
         materialize(outside, tmp_path / "cache", checkouts_dir=tmp_path / "empty")
+
+
+def test_a_checkouts_directory_may_nest_owner_and_name(tmp_path, upstream):
+    nested = tmp_path / "src"
+    (nested / "acme").mkdir(parents=True)
+    git(tmp_path, "clone", "-q", str(upstream.root), str(nested / "acme" / "widget"))
+    repository = materialize(upstream.task(), tmp_path / "cache", checkouts_dir=nested)
+    assert git(repository, "rev-parse", "HEAD").stdout.strip() == upstream.base
+
+
+def test_a_named_source_that_is_no_repository_is_a_clear_error(tmp_path, upstream):
+    (tmp_path / "plain").mkdir()
+    sources = RepositorySources(repositories={"acme/widget": tmp_path / "plain"})
+    with pytest.raises(MaterializeError, match="plain is not a git repository"):
+        materialize(upstream.task(), tmp_path / "cache", sources=sources)
