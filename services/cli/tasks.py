@@ -1,38 +1,55 @@
-"""`etude tasks …`: synthesize, materialize and list tasks."""
+"""`etude tasks …`: synthesize, materialize, verify, grade and list tasks.
+
+Projects come from the bundled suite (`--project`) or from a path (`--path`: a project
+directory or an sdist); a task synthesized from a path records where it came from, and
+`materialize`, `verify` and `grade` rebuild its repository from the same `--path`.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import random
-import tarfile
 import tempfile
 import time
-import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from etude.reward.config import RewardConfig
+from etude.reward.grader import Grader
 from etude.reward.verify import Verdict, verify_all
-from etude.sandbox.bwrap import Bwrap, configured_bwrap
+from etude.sandbox.bwrap import Bwrap, SandboxUnavailableError, configured_bwrap
 from etude.sandbox.config import SandboxConfig, SandboxSettings
 from etude.tasks.hinting import HintResult, hint_all
 from etude.tasks.materialize import (
+    BUNDLED_TASK_FILES,
     HELD_OUT_PROJECTS,
     PROJECTS_DIR,
     TASKS_FILE,
+    MaterializeError,
     build_buggy_repository,
     materialize,
 )
+from etude.tasks.repo import PatchError
+from etude.tasks.synth import sources
 from etude.tasks.synth.synthesize import (
+    Baseline,
     Project,
+    SuiteError,
     SynthOptions,
+    candidates,
     kept_mutants,
     load_project,
+    run_baseline,
     to_task,
 )
 from etude.tasks.task import Task, read_jsonl, write_jsonl
@@ -42,41 +59,45 @@ app = typer.Typer(help="Coding tasks: synthesize them, build their repositories,
 console = Console(stderr=True)
 
 HELD_OUT = HELD_OUT_PROJECTS
+PathsOption = Annotated[
+    list[Path],
+    typer.Option("--path", help="The project directory or sdist tasks were synthesized from."),
+]
+CacheOption = Annotated[Path, typer.Option(help="Where repositories go.")]
 
 
-def _projects(names: list[str], paths: list[Path]) -> list[Project]:
-    projects = []
-    if not names and not paths:
-        names = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "tests").is_dir())
-    for name in names:
-        projects.append(load_project(PROJECTS_DIR / name, name))
-    for path in paths:
-        projects.append(load_project(_unpacked(path)))
-    return projects
+def _fail(message: str) -> typer.Exit:
+    """An error the user can act on: one line, no traceback, exit status 1."""
+    console.print(f"[red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(1)
 
 
-def _unpacked(path: Path) -> Path:
-    """A project directory, or an sdist (.tar.gz / .zip) unpacked to a temporary one."""
-    if path.is_dir():
-        return path
-    scratch = Path(tempfile.mkdtemp(prefix="etude-sdist-"))
-    if path.name.endswith((".tar.gz", ".tgz")):
-        with tarfile.open(path) as archive:
-            archive.extractall(scratch, filter="data")
-    elif path.suffix == ".zip":
-        with zipfile.ZipFile(path) as archive:
-            archive.extractall(scratch)
-    else:
-        raise typer.BadParameter(f"{path}: not a directory, .tar.gz or .zip")
-    roots = [p for p in scratch.iterdir() if p.is_dir()]
-    return roots[0] if len(roots) == 1 else scratch
+@contextlib.contextmanager
+def _opened(paths: list[Path]) -> Iterator[list[Project]]:
+    """The projects at `paths` (archives unpacked while the context lasts)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            yield [stack.enter_context(sources.opened(path)) for path in paths]
+        except sources.SourceError as error:
+            raise _fail(str(error)) from None
+
+
+def _bundled(names: list[str]) -> list[Project]:
+    known = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "tests").is_dir())
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise _fail(f"no bundled project {', '.join(unknown)}; known: {', '.join(known)}")
+    return [load_project(PROJECTS_DIR / name, name) for name in names]
 
 
 def _grading_sandbox() -> tuple[Bwrap | None, SandboxConfig]:
     """The sandbox the reward service grades in, from the same settings
     (`ETUDE_SANDBOX__*`), so a task passes or fails here as it will in grading."""
     sandbox = SandboxSettings().sandbox.for_grading()
-    return configured_bwrap(sandbox), sandbox
+    try:
+        return configured_bwrap(sandbox), sandbox
+    except SandboxUnavailableError as error:
+        raise _fail(str(error)) from None
 
 
 def _bar_columns(counter: str = "failed") -> tuple:
@@ -86,53 +107,169 @@ def _bar_columns(counter: str = "failed") -> tuple:
     )  # fmt: skip
 
 
+class _SynthProgress:
+    """A bar per project on a terminal; elsewhere (a log file, CI, a pipe) plain lines: the
+    baseline, a line per kept task and one every `every_s` seconds while trying."""
+
+    def __init__(self, wanted: int, every_s: float = 30.0) -> None:
+        self.wanted, self.every_s = wanted, every_s
+        self.bar = (
+            Progress(*_bar_columns("tried"), console=console) if console.is_terminal else None
+        )
+
+    def __enter__(self) -> _SynthProgress:
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def line(self, text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def project(self, project: Project, baseline: Baseline, total: int):
+        """The callback `kept_mutants` reports each tried mutant to."""
+        self.line(
+            f"{project.name}: {len(baseline.passing)} tests pass unmutated "
+            f"({baseline.run.seconds:.1f}s), {len(baseline.left_out)} left out; "
+            f"{total} candidate mutations, up to {baseline.mutant_timeout_s:.0f}s each"
+        )
+        # Skips are routine (an optional dependency, another platform); failures and modules
+        # that do not import are worth seeing one by one.
+        skipped = sum(why == "skipped" for why in baseline.left_out.values())
+        if skipped:
+            self.line(f"{project.name}: left out {skipped} skipped or xfailed tests")
+        shown = [(t, why) for t, why in baseline.left_out.items() if why != "skipped"]
+        for test, why in shown[:10]:
+            self.line(f"{project.name}: left out {test}: {why.splitlines()[0][:200]}")
+        if len(shown) > 10:
+            self.line(f"{project.name}: left out {len(shown) - 10} more")
+        for note in project.suite.notes:
+            self.line(f"{project.name}: {note}")
+        started = last = time.monotonic()
+        bar = self.bar.add_task(project.name, total=self.wanted, tried=0) if self.bar else None
+
+        def on_tried(tried: int, kept: int) -> None:
+            nonlocal last
+            if self.bar is not None:
+                self.bar.update(bar, completed=kept, tried=tried)
+            elif time.monotonic() - last >= self.every_s or tried == total:
+                last = time.monotonic()
+                self.line(
+                    f"{project.name}: tried {tried} of {total}, kept {kept} of {self.wanted} "
+                    f"({last - started:.0f}s)"
+                )
+
+        return on_tried
+
+
+def _write_line(out, task: Task) -> None:
+    out.write(json.dumps(task.to_swe(), sort_keys=True) + "\n")
+    out.flush()  # kept tasks are on disk as they are found: a stopped run keeps them
+
+
 @app.command()
 def synth(
+    out: Annotated[Path, typer.Option(help="JSONL file to write (required).")],
     project: Annotated[list[str], typer.Option(help="A bundled etude-mini project.")] = [],  # noqa: B006
     path: Annotated[list[Path], typer.Option(help="A project directory or sdist.")] = [],  # noqa: B006
-    out: Annotated[Path, typer.Option(help="JSONL file to write.")] = TASKS_FILE,
     per_project: Annotated[int, typer.Option(help="Tasks kept per project.")] = 20,
     max_failing: Annotated[int, typer.Option(help="Most tests a kept bug may fail.")] = 8,
     seed: Annotated[int, typer.Option(help="Fixes which mutations are tried first.")] = 0,
-    timeout: Annotated[float, typer.Option(help="Seconds a mutant's suite may run.")] = 15.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds a mutant's suite may run (at least 3x the suite's).")
+    ] = 15.0,
     workers: Annotated[int, typer.Option(help="Suites run at once.")] = os.cpu_count() or 1,
 ) -> None:
     """Mutate projects, keep bugs their tests catch, write SWE-bench-style records."""
+    if not project and not path:
+        project = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "tests").is_dir())
+    if path and out.resolve() in {f.resolve() for f in BUNDLED_TASK_FILES}:
+        raise _fail(f"{out} is a bundled task set: write tasks of --path projects elsewhere")
     options = SynthOptions(seed, per_project, max_failing, timeout, workers, HELD_OUT)
     bwrap, sandbox = _grading_sandbox()
-    tasks: list[Task] = []
-    with Progress(*_bar_columns("tried"), console=console) as progress:
-        for item in _projects(project, path):
-            bar = progress.add_task(item.name, total=per_project, tried=0)
+    counts = {"train": 0, "held_out": 0}
+    failed = []
+    with _opened(path) as given, _SynthProgress(per_project) as progress:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w") as lines:
+            for item in [*_bundled(project), *given]:
+                try:
+                    baseline = run_baseline(item, options, bwrap, sandbox)
+                except SuiteError as error:
+                    console.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
+                    failed.append(item.name)
+                    continue
+                total = len(candidates(item, seed))
+                on_tried = progress.project(item, baseline, total)
+                for kept in kept_mutants(item, options, bwrap, on_tried, sandbox, baseline):
+                    task = _with_commit(item, kept, options)
+                    _write_line(lines, task)
+                    counts[task.split] = counts.get(task.split, 0) + 1
+                    progress.line(f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})")
+    count = sum(counts.values())
+    console.print(
+        f"Wrote {count} tasks to {out} ({counts['train']} train, {counts['held_out']} held out)."
+    )
+    if failed:
+        raise typer.Exit(1)
 
-            def on_tried(tried: int, kept: int, bar=bar) -> None:
-                progress.update(bar, completed=kept, tried=tried)
 
-            for kept in kept_mutants(item, options, bwrap, on_tried, sandbox):
-                with tempfile.TemporaryDirectory() as scratch:
-                    preview = to_task(item, kept, options, base_commit="")
-                    commit = build_buggy_repository(
-                        item, preview.metadata["bug_patch"], Path(scratch)
-                    )
-                tasks.append(to_task(item, kept, options, base_commit=commit))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    count = write_jsonl(out, tasks)
-    held_out = sum(t.split == "held_out" for t in tasks)
-    console.print(f"Wrote {count} tasks to {out} ({count - held_out} train, {held_out} held out).")
+def _with_commit(project: Project, kept, options: SynthOptions) -> Task:
+    """The task, with the commit its repository will have (built once to learn it)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        preview = to_task(project, kept, options, base_commit="")
+        commit = build_buggy_repository(project, preview.metadata["bug_patch"], Path(scratch))
+    return to_task(project, kept, options, base_commit=commit)
+
+
+def _prepare(tasks: list[Task], paths: list[Path], cache: Path) -> None:
+    """Build the repository of every task synthesized from a path, from the `--path`
+    given for it, into `cache` (where materialize and the grader find it)."""
+    needing = [t for t in tasks if t.metadata.get("origin")]
+    if not needing:
+        return
+    if not paths:
+        origins = [t.metadata["origin"] for t in needing]
+        made_from = sorted({str(o.get("file") or o.get("path")) for o in origins})
+        raise _fail(
+            f"{len(needing)} tasks were synthesized from {', '.join(made_from)}: "
+            "pass it with --path"
+        )
+    with _opened(paths) as projects:
+        for task in needing:
+            try:
+                sources.build_repository(task, sources.find_source(task, projects), cache)
+            except (sources.SourceError, PatchError) as error:
+                raise _fail(str(error)) from None
+
+
+def _read_tasks(source: str | Path) -> list[Task]:
+    try:
+        return list(read_jsonl(taskset_path(str(source))))
+    except (FileNotFoundError, ValueError) as error:
+        raise _fail(str(error)) from None
 
 
 @app.command("materialize")
 def materialize_command(
     tasks: Annotated[Path, typer.Option(help="JSONL file of tasks.")] = TASKS_FILE,
-    cache: Annotated[Path, typer.Option(help="Where repositories go.")] = Path(".etude/tasks"),
+    cache: CacheOption = Path(".etude/tasks"),
     checkouts: Annotated[Path | None, typer.Option(help="Checkouts for SWE-bench tasks.")] = None,
     task_id: Annotated[list[str], typer.Option("--id", help="Only these tasks.")] = [],  # noqa: B006
+    path: PathsOption = [],  # noqa: B006
 ) -> None:
     """Build each task's single-commit repository in the cache."""
-    selected = [t for t in read_jsonl(tasks) if not task_id or t.id in task_id]
+    selected = [t for t in _read_tasks(tasks) if not task_id or t.id in task_id]
+    _prepare(selected, path, cache)
     with Progress(console=console) as progress:
         for task in progress.track(selected, description="materializing"):
-            materialize(task, cache, checkouts_dir=checkouts)
+            try:
+                materialize(task, cache, checkouts_dir=checkouts)
+            except (MaterializeError, PatchError) as error:
+                raise _fail(str(error)) from None
     console.print(f"{len(selected)} repositories in {cache}")
 
 
@@ -161,13 +298,15 @@ def verify(
     tasks: Annotated[Path, typer.Option(help="JSONL file of tasks.")] = TASKS_FILE,
     sample: Annotated[int, typer.Option(help="Check this many, chosen by --seed (0: all).")] = 0,
     seed: Annotated[int, typer.Option(help="Chooses the sample.")] = 0,
-    cache: Annotated[Path, typer.Option(help="Where repositories go.")] = Path(".etude/tasks"),
+    cache: CacheOption = Path(".etude/tasks"),
     workers: Annotated[int, typer.Option(help="Tasks checked at once.")] = os.cpu_count() or 1,
+    path: PathsOption = [],  # noqa: B006
 ) -> None:
     """Check that each task's bug fails its FAIL_TO_PASS tests and its gold patch fixes them."""
-    selected = list(read_jsonl(tasks))
+    selected = _read_tasks(tasks)
     if sample:
         selected = random.Random(seed).sample(selected, min(sample, len(selected)))
+    _prepare(selected, path, cache)
     failed: list[Verdict] = []
     with Progress(*_bar_columns(), console=console) as progress:
         bar = progress.add_task("verifying", total=len(selected), tried=0)
@@ -180,9 +319,59 @@ def verify(
         bwrap, sandbox = _grading_sandbox()
         asyncio.run(verify_all(selected, cache, bwrap, workers, on_done=on_done, sandbox=sandbox))
     for verdict in failed:
-        console.print(f"[red]{verdict.task_id}[/]: {verdict.problem}")
+        console.print(
+            f"[red]{escape(verdict.task_id)}[/]: {escape(verdict.problem)}", highlight=False
+        )
     console.print(f"{len(selected) - len(failed)} of {len(selected)} tasks verified.")
     raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def grade(
+    taskset: Annotated[
+        str, typer.Argument(help="etude-mini, another bundled set, or a JSONL file.")
+    ],
+    instance_id: Annotated[str, typer.Argument(help="The task's id.")],
+    patch: Annotated[Path | None, typer.Option(help="A diff file to grade.")] = None,
+    gold: Annotated[bool, typer.Option("--gold", help="Grade the task's gold patch.")] = False,
+    empty: Annotated[bool, typer.Option("--empty", help="Grade no change at all.")] = False,
+    cache: CacheOption = Path(".etude/tasks"),
+    checkouts: Annotated[Path | None, typer.Option(help="Checkouts for SWE-bench tasks.")] = None,
+    path: PathsOption = [],  # noqa: B006
+) -> None:
+    """Grade one patch on one task as the reward service would: the score, each hidden
+    test's outcome and the reward's components."""
+    if sum((patch is not None, gold, empty)) != 1:
+        raise _fail("give exactly one of --patch FILE, --gold, --empty")
+    found = [t for t in _read_tasks(taskset) if t.id == instance_id]
+    if not found:
+        raise _fail(f"no task {instance_id!r} in {taskset}")
+    task = found[0]
+    if patch is not None and not patch.is_file():
+        raise _fail(f"{patch}: no such file")
+    diff = patch.read_text() if patch is not None else task.gold_patch if gold else ""
+    if gold and not diff:
+        raise _fail(f"{task.id} has no gold patch")
+    _prepare([task], path, cache)
+    bwrap, sandbox = _grading_sandbox()
+    config = RewardConfig(cache_dir=cache, projects_dir=PROJECTS_DIR, checkouts_dir=checkouts)
+    try:
+        score = asyncio.run(Grader(config, bwrap, sandbox).score(task, diff))
+    except (MaterializeError, PatchError) as error:
+        raise _fail(str(error)) from None
+    # Plain lines, not a table: test ids stay whole and greppable in any terminal width.
+    error = f" (error: {score.error})" if score.error else ""
+    typer.echo(f"{task.id}: score {score.reward:g}{error}")
+    for kind, results in (
+        ("FAIL_TO_PASS", score.fail_to_pass),
+        ("PASS_TO_PASS", score.pass_to_pass),
+    ):
+        for test, passed in results.items():
+            typer.echo(f"  {'passed' if passed else 'FAILED'}  {kind}  {test}")
+    typer.echo("components:")
+    for name, value in score.components.items():
+        typer.echo(f"  {name} = {value:g}")
+    raise typer.Exit(1 if score.error else 0)
 
 
 @app.command()

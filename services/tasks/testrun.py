@@ -10,6 +10,10 @@ under test cannot steer it (see `grading_plugin.py` for the in-sandbox half):
 - the sandbox joins a fresh cgroup (memory + pids, the limits of `config`: for grading,
   `SandboxConfig.for_grading()`) that is emptied and removed at the end and on timeout, so
   no process outlives the run.
+
+A run in which the suite itself could not run (a usage error, nothing collected, a test
+module that fails to import) is not a run where every test failed: `TestRun.suite_error`
+says what went wrong, for the synthesizer, verification and grading alike.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import hmac
 import json
 import os
 import secrets
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -41,6 +46,10 @@ PLUGIN_SOURCE = Path(__file__).with_name("grading_plugin.py")
 FIXED_ARGS = ("-p", "no:cacheprovider", "-c", "/dev/null", "--color=no", "-q")
 MAX_CHANNEL_BYTES = 64 * 1024**2
 OUTPUT_TAIL_CHARS = 20_000
+# pytest's exit codes for a suite that did not run its tests: interrupted (a module that
+# failed to collect stops the session), internal error, usage error, nothing collected.
+SUITE_NOT_RUN = {2: "interrupted", 3: "pytest's internal error", 4: "usage error",
+                 5: "no tests collected"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +77,23 @@ class TestRun:
     def failing(self) -> list[str]:
         return sorted(t for t, o in self.outcomes.items() if o in {"failed", "error"})
 
+    @property
+    def suite_error(self) -> str:
+        """Why the suite could not run at all, for the user (empty when it ran: tests that
+        failed, a timeout, a distrusted channel are not this)."""
+        if self.timed_out or self.problem or self.exit_code is None:
+            return ""
+        collection = "; ".join(
+            f"{where or 'collection'}: {_first_line(message)}"
+            for where, message in list(self.collection_errors.items())[:3]
+        )
+        if self.exit_code in SUITE_NOT_RUN:
+            detail = collection or _pytest_errors(self.output) or SUITE_NOT_RUN[self.exit_code]
+            return f"{detail} (pytest exit code {self.exit_code})"
+        if collection and not self.outcomes:
+            return collection
+        return ""
+
 
 @lru_cache(maxsize=1)
 def host_cgroups() -> CgroupSupport:
@@ -93,8 +119,10 @@ def run_pytest(
     offers. Raises `UnsupportedTestCommand` for a command that is not pytest."""
     workspace = WORKSPACE if bwrap is not None else str(workdir.resolve())
     args = [
-        *command_args(command),
         *override_args(read_options(options_from or workdir), workspace),
+        # After the configuration's: an option the task's command sets on purpose (a
+        # `pythonpath` the project's configuration lacks) wins over it.
+        *_absolute_paths(command_args(command), workspace),
         *FIXED_ARGS,
         f"--rootdir={workspace}",
         f"--confcutdir={workspace}",
@@ -151,6 +179,39 @@ def run_pytest(
         reader.outcomes(), reader.messages, process.returncode, False, seconds, text,
         reader.collection_errors, reader.done, reader.problem,
     )  # fmt: skip
+
+
+def _absolute_paths(args: list[str], workspace: str) -> list[str]:
+    """`-o pythonpath=a b` of a task's command with its paths under `workspace`: pytest
+    would read them relative to the configuration file, which is /dev/null here."""
+    fixed = list(args)
+    for index, word in enumerate(fixed):
+        if word in ("-o", "--override-ini") and index + 1 < len(fixed):
+            fixed[index + 1] = _absolute_pythonpath(fixed[index + 1], workspace)
+        for prefix in ("--override-ini=", "-o"):
+            if word.startswith(prefix) and len(word) > len(prefix) and word != "-o":
+                fixed[index] = prefix + _absolute_pythonpath(word[len(prefix) :], workspace)
+                break
+    return fixed
+
+
+def _absolute_pythonpath(setting: str, workspace: str) -> str:
+    name, _, value = setting.partition("=")
+    if name != "pythonpath":
+        return setting
+    return "pythonpath=" + shlex.join(str(Path(workspace, p)) for p in shlex.split(value))
+
+
+def _first_line(message: str) -> str:
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    # pytest's collection message ends with the exception; its first line is the path.
+    return (lines[-1] if lines else "")[:300]
+
+
+def _pytest_errors(output: str) -> str:
+    """pytest's own `ERROR: …` lines (a usage error, a missing file), shortened."""
+    errors = [line.strip() for line in output.splitlines() if line.startswith("ERROR")]
+    return "; ".join(errors[:3])[:600]
 
 
 def _high_pipe() -> tuple[int, int]:

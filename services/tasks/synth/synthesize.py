@@ -1,17 +1,23 @@
 """Synthesizing tasks from a project with a pytest suite (SWE-smith style).
 
-For each candidate mutation (in an order fixed by the seed): copy the project, apply the
-mutation, run the suite in a sandbox without network, and keep the mutant when 1..N tests
-fail and every other test still passes. The failing tests become FAIL_TO_PASS, the rest
-PASS_TO_PASS; the instruction is written from the failing tests' names and messages
-only, never from the mutated line. Mutants run in parallel over the cores, but which ones
-are kept depends only on the seed: results are taken in candidate order.
+First the suite runs on the project as it is (the baseline): the tests that pass there
+are the ones a task is judged on; those that fail, are skipped or xfailed, or sit in a
+module that cannot be collected in the sandbox (a dependency that is not installed) are
+left out, and said so. Then for each candidate mutation (in an order fixed by the seed):
+copy the project, apply the mutation, run the suite in a sandbox without network, and keep
+the mutant when 1..N of those tests fail and every other one still passes. The failing
+tests become FAIL_TO_PASS, the rest PASS_TO_PASS; the instruction is written from the
+failing tests' names and messages only, never from the mutated line. Mutants run in
+parallel over the cores, but which ones are kept depends only on the seed: results are
+taken in candidate order.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import re
+import shlex
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -22,13 +28,24 @@ from etude.sandbox.bwrap import Bwrap
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.repo import content_hash, copy_files, project_files, unified_diff
 from etude.tasks.synth.mutations import Mutation, find_mutations
+from etude.tasks.synth.suite import Suite, discover
 from etude.tasks.task import DEFAULT_TEST_COMMAND, Task
 from etude.tasks.testrun import TestRun, run_pytest
 
-TEST_DIR = "tests"
 # Plugins installed beside pytest (hypothesis, asyncio, …) are not what these suites need,
 # and loading them more than doubles every run.
 SUITE_COMMAND = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {DEFAULT_TEST_COMMAND}"
+# The synthesizer's own runs go on past a module that cannot be collected (an optional
+# dependency missing in the sandbox): the other modules' tests still make tasks. Graded
+# runs name the test files of the task, which all collected here.
+SYNTH_ARGS = "--continue-on-collection-errors"
+# Python files that are no part of the library: mutating them breaks no test.
+NOT_LIBRARY_DIRS = frozenset({"docs", "doc", "examples", "example", "benchmarks", "benchmark",
+                              "scripts", "tools", "ci", "bench"})  # fmt: skip
+NOT_LIBRARY_FILES = frozenset({"setup.py", "noxfile.py", "fabfile.py", "versioneer.py",
+                               "conftest.py", "tasks.py", "_version.py",
+                               "benchmark.py"})  # fmt: skip
+JUDGED = frozenset({"passed", "failed", "error"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,28 +54,43 @@ class Project:
     root: Path
     files: list[str]
     """Every file of the project, tests included."""
+    suite: Suite
+    origin: dict[str, str] | None = None
+    """Where a project given by path came from (`etude.tasks.synth.sources`); None for
+    the bundled projects (and project folders loaded as they are), `etude-mini/<name>`."""
 
     @property
     def source_files(self) -> list[str]:
-        return [f for f in self.files if f.endswith(".py") and not _is_test(f)]
+        hidden = set(self.suite.test_files)
+        return [
+            f for f in self.files
+            if f.endswith(".py") and f not in hidden and not _tooling(f)
+        ]  # fmt: skip
 
     @property
     def test_files(self) -> list[str]:
-        return [f for f in self.files if _is_test(f)]
+        return list(self.suite.test_files)
 
     @property
     def hash(self) -> str:
         return content_hash(self.root, self.files)
 
+    @property
+    def test_command(self) -> str:
+        extra = shlex.join(self.suite.args)
+        return f"{SUITE_COMMAND} {extra}" if extra else SUITE_COMMAND
 
-def _is_test(path: str) -> bool:
-    return path.startswith(f"{TEST_DIR}/") or path == "conftest.py"
+
+def _tooling(path: str) -> bool:
+    parts = Path(path).parts
+    return parts[-1] in NOT_LIBRARY_FILES or (len(parts) > 1 and parts[0] in NOT_LIBRARY_DIRS)
 
 
 def load_project(root: Path, name: str | None = None) -> Project:
-    if not (root / TEST_DIR).is_dir():
-        raise ValueError(f"{root} has no {TEST_DIR}/ directory: the synthesizer needs a suite")
-    return Project(name or root.name, root, project_files(root))
+    """A project folder as it is (the bundled ones); raises NoTestsError (a ValueError)
+    when it has no tests. Projects given by the user: `etude.tasks.synth.sources`."""
+    files = project_files(root)
+    return Project(name or root.name, root, files, discover(root, files))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +99,12 @@ class SynthOptions:
     per_project: int = 20
     max_failing: int = 8
     timeout_s: float = 15.0
-    """A mutant whose suite runs longer (a loop that never ends) is dropped."""
+    """A mutant whose suite runs longer (a loop that never ends) is dropped; raised to three
+    times the baseline's duration for slower suites."""
     workers: int = 2
     held_out: frozenset[str] = frozenset()
+    baseline_timeout_s: float = 900.0
+    """How long the suite may run on the unmutated project."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +115,54 @@ class Kept:
     messages: dict[str, str]
 
 
+class SuiteError(ValueError):
+    """The project's suite cannot serve to judge mutants; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """The suite on the unmutated project."""
+
+    run: TestRun
+    passing: frozenset[str]
+    """The tests a mutant is judged on: passed, in a hidden test file."""
+    left_out: dict[str, str]
+    """Test id, or module that did not collect → why it is not judged."""
+    mutant_timeout_s: float
+
+
+def run_baseline(
+    project: Project, options: SynthOptions, bwrap: Bwrap | None, sandbox: SandboxConfig
+) -> Baseline:
+    run = _run_mutant(project, None, bwrap, sandbox, options.baseline_timeout_s)
+    if run.timed_out:
+        raise SuiteError(f"{project.name}: the suite ran past {run.seconds:.0f}s unmutated")
+    if run.suite_error:
+        raise SuiteError(f"{project.name}: the suite could not run: {run.suite_error}")
+    hidden = set(project.test_files)
+    left_out = {f: f"not collected: {m}" for f, m in run.collection_errors.items()}
+    passing = set()
+    for test, outcome in run.outcomes.items():
+        if test.split("::")[0] not in hidden:
+            left_out[test] = "not in a test module (a doctest, or outside the test folders)"
+        elif outcome != "passed":
+            left_out[test] = outcome + (f": {m}" if (m := run.messages.get(test)) else "")
+        else:
+            passing.add(test)
+    if not passing:
+        shown = "; ".join(f"{t}: {why}" for t, why in list(left_out.items())[:5])
+        raise SuiteError(f"{project.name}: no test passes unmutated: {shown}")
+    timeout = max(options.timeout_s, 3 * run.seconds)
+    return Baseline(run, frozenset(passing), left_out, timeout)
+
+
 def candidates(project: Project, seed: int) -> list[Mutation]:
-    found = [
-        mutation
-        for path in project.source_files
-        for mutation in find_mutations(path, (project.root / path).read_text())
-    ]
+    found = []
+    for path in project.source_files:
+        try:
+            found += find_mutations(path, (project.root / path).read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue  # not Python this interpreter parses (Python 2, a template): no mutants
     # A stable per-project seed: the same project gives the same order wherever it runs.
     salt = int(hashlib.sha256(f"{seed}:{project.name}".encode()).hexdigest()[:8], 16)
     random.Random(salt).shuffle(found)
@@ -104,23 +181,27 @@ def _run_mutant(
         copy_files(project.root, workdir, project.files)
         if mutation is not None:
             target = workdir / mutation.path
-            target.write_text(mutation.apply(target.read_text()))
+            target.write_text(mutation.apply(target.read_text(encoding="utf-8")), encoding="utf-8")
         return run_pytest(
-            workdir, SUITE_COMMAND, bwrap=bwrap, config=sandbox, timeout_s=timeout_s,
+            workdir, f"{project.test_command} {SYNTH_ARGS}", bwrap=bwrap, config=sandbox,
+            timeout_s=timeout_s,
         )  # fmt: skip
 
 
-def judge(baseline: TestRun, run: TestRun, max_failing: int) -> tuple[list[str], list[str]] | None:
-    """(FAIL_TO_PASS, PASS_TO_PASS) when the mutant is a task, else None."""
-    if run.timed_out or set(run.outcomes) != set(baseline.outcomes):
-        return None  # a hang or a collection error: not a bug an agent can localize
-    failing = run.failing
+def judge(baseline: Baseline, run: TestRun, max_failing: int) -> tuple[list[str], list[str]] | None:
+    """(FAIL_TO_PASS, PASS_TO_PASS) when the mutant is a task, else None. Only the tests
+    that pass unmutated count: a skipped or xfailed test is neither."""
+    if run.timed_out or not run.complete or run.problem or run.suite_error:
+        return None  # a hang, or a suite that could not run: no bug an agent can localize
+    if set(run.collection_errors) - set(baseline.run.collection_errors):
+        return None  # a test module no longer imports
+    outcomes = {t: run.outcomes.get(t) for t in baseline.passing}
+    if any(o not in JUDGED for o in outcomes.values()):
+        return None  # a judged test vanished or is now skipped
+    failing = sorted(t for t, o in outcomes.items() if o != "passed")
     if not 1 <= len(failing) <= max_failing:
         return None
-    passing = sorted(t for t, o in run.outcomes.items() if o == "passed")
-    if len(failing) + len(passing) != len(run.outcomes):
-        return None
-    return failing, passing
+    return failing, sorted(t for t, o in outcomes.items() if o == "passed")
 
 
 def kept_mutants(
@@ -129,17 +210,14 @@ def kept_mutants(
     bwrap: Bwrap | None,
     on_tried: Callable[[int, int], None] = lambda tried, kept: None,
     sandbox: SandboxConfig | None = None,
+    baseline: Baseline | None = None,
 ) -> Iterator[Kept]:
     """The mutants of `project` that make tasks, in candidate order. `sandbox`: the
     limits and binds of the suite's runs, grading's (`SandboxConfig.for_grading()`) so a
-    task is kept under the limits it will be graded with; unset, the defaults."""
+    task is kept under the limits it will be graded with; unset, the defaults.
+    `baseline`: `run_baseline`'s, when the caller has it already. Raises SuiteError."""
     sandbox = sandbox or SandboxConfig()
-    baseline = _run_mutant(project, None, bwrap, sandbox, options.timeout_s)
-    if not baseline.outcomes or baseline.failing:
-        raise ValueError(
-            f"{project.name}: the suite must pass before mutating; failing: "
-            f"{baseline.failing or 'no tests collected'}\n{baseline.output[-2000:]}"
-        )
+    baseline = baseline or run_baseline(project, options, bwrap, sandbox)
     order = candidates(project, options.seed)
     kept, tried, diffs = 0, 0, set()
     with ProcessPoolExecutor(max_workers=options.workers) as pool:
@@ -152,7 +230,7 @@ def kept_mutants(
             while len(pending) < window and index < len(order):
                 mutation = order[index]
                 future = pool.submit(
-                    _run_mutant, project, mutation, bwrap, sandbox, options.timeout_s
+                    _run_mutant, project, mutation, bwrap, sandbox, baseline.mutant_timeout_s
                 )
                 pending.append((mutation, future))
                 index += 1
@@ -192,35 +270,50 @@ def _first_line(message: str, limit: int = 200) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
+def _added(root: Path, path: str) -> str:
+    """A diff that creates the file; an empty one (a `tests/__init__.py`) too, which a
+    plain unified diff cannot say."""
+    text = (root / path).read_text(encoding="utf-8")
+    return unified_diff(path, None, text) or f"diff --git a/{path} b/{path}\nnew file mode 100644\n"
+
+
 def to_task(project: Project, kept: Kept, options: SynthOptions, base_commit: str) -> Task:
     mutation = kept.mutation
-    original = (project.root / mutation.path).read_text()
+    original = (project.root / mutation.path).read_text(encoding="utf-8")
     buggy = mutation.apply(original)
     bug_patch = unified_diff(mutation.path, original, buggy)
     gold_patch = unified_diff(mutation.path, buggy, original)
-    test_patch = "".join(
-        unified_diff(f, None, (project.root / f).read_text()) for f in project.test_files
-    )
+    test_patch = "".join(_added(project.root, f) for f in project.test_files)
     digest = hashlib.sha256(bug_patch.encode()).hexdigest()[:8]
     failing = len(kept.fail_to_pass)
+    bundled = project.origin is None
+    slug = re.sub(r"[^a-z0-9_.-]+", "-", project.name.lower())
+    metadata = {
+        "source": "etude-mini" if bundled else "synth",
+        "project": project.name,
+        "project_hash": project.hash,
+        "mutation": mutation.kind,
+        "bug_patch": bug_patch,
+        "difficulty": "easy" if failing >= 4 else "medium" if failing >= 2 else "hard",
+        "split": "held_out" if project.name in options.held_out else "train",
+        "seed": options.seed,
+    }
+    if not bundled:
+        # What rebuilds the repository from the same source (etude.tasks.synth.sources).
+        metadata["origin"] = dict(project.origin or {})
+    if project.suite.notes:
+        metadata["notes"] = project.suite.notes
     return Task(
-        id=f"etude-mini.{project.name}.{mutation.kind}.{digest}",
-        repo=f"etude-mini/{project.name}",
+        id=f"etude-mini.{project.name}.{mutation.kind}.{digest}"
+        if bundled
+        else f"{slug}.{mutation.kind}.{digest}",
+        repo=f"etude-mini/{project.name}" if bundled else project.name,
         base_commit=base_commit,
         instruction=instruction(project.name, kept.fail_to_pass, kept.messages),
         test_patch=test_patch,
         fail_to_pass=tuple(kept.fail_to_pass),
         pass_to_pass=tuple(kept.pass_to_pass),
-        test_command=SUITE_COMMAND,
+        test_command=project.test_command,
         gold_patch=gold_patch,
-        metadata={
-            "source": "etude-mini",
-            "project": project.name,
-            "project_hash": project.hash,
-            "mutation": mutation.kind,
-            "bug_patch": bug_patch,
-            "difficulty": "easy" if failing >= 4 else "medium" if failing >= 2 else "hard",
-            "split": "held_out" if project.name in options.held_out else "train",
-            "seed": options.seed,
-        },
+        metadata=metadata,
     )

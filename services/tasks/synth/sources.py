@@ -1,0 +1,190 @@
+"""Projects given by path (`etude tasks synth|materialize|verify|grade --path`): a
+directory or an sdist archive, named as its own metadata names it.
+
+A task synthesized from such a source records where it came from (`metadata.origin`)
+and the content hash of the project; given the same source again, `build_repository`
+rebuilds the task's repository into the cache exactly as `etude.tasks.materialize`
+would build a bundled one (same files, same commit), where the grader then finds it.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import email.parser
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import tomllib
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from etude.tasks.materialize import build_buggy_repository, repository_key
+from etude.tasks.repo import IGNORED
+from etude.tasks.synth.suite import discover
+from etude.tasks.synth.synthesize import Project
+from etude.tasks.task import Task
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
+# Never part of a project: environments, build output, caches. Copying a virtualenv into
+# every mutant's sandbox would cost more than the suite.
+SKIPPED_DIRS = frozenset({
+    ".venv", "venv", ".tox", ".nox", "build", "dist", "node_modules", ".eggs", "htmlcov",
+    "site-packages", *IGNORED,
+})  # fmt: skip
+
+
+class SourceError(ValueError):
+    """A path that is not a usable project: the message says why, for the user."""
+
+
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[Project]:
+    """The project at `path` (a directory, or an archive unpacked for as long as the
+    context lasts)."""
+    if not path.exists():
+        raise SourceError(f"{path}: no such file or directory")
+    if path.is_dir():
+        yield _project(path.resolve(), {"kind": "directory", "path": str(path.resolve())})
+        return
+    if not path.name.endswith(ARCHIVE_SUFFIXES):
+        raise SourceError(f"{path}: not a directory or an sdist ({', '.join(ARCHIVE_SUFFIXES)})")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with tempfile.TemporaryDirectory(prefix="etude-sdist-") as scratch:
+        _unpack(path, Path(scratch))
+        entries = [p for p in Path(scratch).iterdir() if not p.name.startswith(".")]
+        root = entries[0] if len(entries) == 1 and entries[0].is_dir() else Path(scratch)
+        yield _project(root, {"kind": "sdist", "file": path.name, "sha256": digest})
+
+
+def _unpack(archive: Path, target: Path) -> None:
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as opened_zip:
+                opened_zip.extractall(target)  # names with .. or a leading / are made safe
+        else:
+            with tarfile.open(archive) as opened_tar:
+                opened_tar.extractall(target, filter="data")  # nothing outside `target`
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as error:
+        raise SourceError(f"{archive}: cannot unpack: {error}") from error
+
+
+def _project(root: Path, origin: dict[str, str]) -> Project:
+    files = _files(root)
+    if not files:
+        raise SourceError(f"{root}: no files")
+    try:
+        suite = discover(root, files)
+    except ValueError as error:
+        raise SourceError(str(error)) from error
+    return Project(project_name(root), root, files, suite, origin)
+
+
+def _files(root: Path) -> list[str]:
+    """The project's files: what git tracks or would track in a repository (untracked
+    files count, ignored ones do not), else everything outside environments and caches."""
+    if (root / ".git").exists():
+        done = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root, capture_output=True,
+        )  # fmt: skip
+        if done.returncode == 0:
+            names = {n for n in done.stdout.decode(errors="replace").split("\0") if n}
+            return sorted(n for n in names if (root / n).is_file() and not _skipped(n))
+    found = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not _skipped(d))
+        relative = Path(directory).relative_to(root)
+        found += [str(relative / n) for n in names if not _skipped(n) and not n.endswith(".pyc")]
+    return sorted(p.removeprefix("./") for p in found)
+
+
+def _skipped(path: str) -> bool:
+    return any(part in SKIPPED_DIRS or part.endswith(".egg-info") for part in Path(path).parts)
+
+
+def project_name(root: Path) -> str:
+    """The name the project publishes under: PKG-INFO's, pyproject's `[project]`,
+    setup.cfg's `[metadata]`, setup.py's `name=`; else the folder's, less a version."""
+    if (root / "PKG-INFO").is_file():
+        name = email.parser.Parser().parsestr((root / "PKG-INFO").read_text(errors="replace"))
+        if name.get("Name"):
+            return str(name["Name"]).strip()
+    if (root / "pyproject.toml").is_file():
+        with contextlib.suppress(tomllib.TOMLDecodeError):
+            project = tomllib.loads((root / "pyproject.toml").read_text(errors="replace"))
+            if isinstance(name := project.get("project", {}).get("name"), str):
+                return name
+    if (root / "setup.cfg").is_file():
+        parser = configparser.ConfigParser(interpolation=None)
+        with contextlib.suppress(configparser.Error):
+            parser.read_string((root / "setup.cfg").read_text(errors="replace"))
+            if parser.get("metadata", "name", fallback=""):
+                return parser.get("metadata", "name")
+    if (root / "setup.py").is_file():
+        found = re.search(r"\bname\s*=\s*['\"]([\w.-]+)['\"]", (root / "setup.py").read_text(
+            errors="replace"))  # fmt: skip
+        if found:
+            return found[1]
+    return re.sub(r"-\d[\w.]*$", "", root.name)
+
+
+def find_source(task: Task, projects: list[Project]) -> Project:
+    """The given project the task was synthesized from (same name, same content)."""
+    origin = task.metadata.get("origin") or {}
+    wanted = task.metadata.get("project")
+    named = [p for p in projects if p.name == wanted]
+    same = [p for p in named if p.hash == task.metadata.get("project_hash")]
+    if same:
+        return same[0]
+    made_from = origin.get("file") or origin.get("path") or "its source"
+    if named:
+        raise SourceError(
+            f"{task.id}: the given {wanted} differs from the one the task was made from "
+            f"({made_from}, hash {task.metadata.get('project_hash')}; given {named[0].hash})"
+        )
+    raise SourceError(f"{task.id}: synthesized from {made_from}: pass it with --path")
+
+
+def build_repository(task: Task, project: Project, cache_dir: Path) -> Path:
+    """The task's repository in `cache_dir`, where materialize looks for it, built from
+    `project` as materialize builds a bundled one (reused when already there at the right
+    commit)."""
+    target = cache_dir / repository_key(task)
+    if _head(target) == task.base_commit:
+        return target
+    shutil.rmtree(target, ignore_errors=True)
+    staging = cache_dir / f".{target.name}.partial-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        commit = build_buggy_repository(project, task.metadata.get("bug_patch", ""), staging)
+        if commit != task.base_commit:
+            raise SourceError(
+                f"{task.id}: rebuilt commit {commit} differs from the record's "
+                f"{task.base_commit}; the task was made by another version of etude"
+            )
+        try:
+            staging.rename(target)
+        except OSError:  # another process built it first
+            if _head(target) != task.base_commit:
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _head(repository: Path) -> str | None:
+    # `--git-dir`: a cache entry without its own .git must not answer with the HEAD of a
+    # repository around the cache.
+    done = subprocess.run(
+        ["git", "--git-dir", str(repository / ".git"), "rev-parse", "HEAD"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return done.stdout.strip() if done.returncode == 0 else None
