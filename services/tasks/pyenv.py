@@ -1,0 +1,253 @@
+"""A task's Python environment: a virtual environment with the project's dependencies,
+built once per repository and environment commit (SWE-bench's `environment_setup_commit`,
+else the base commit) and shared by every task and session on it.
+
+The project itself is installed, then taken out again, and the environment imports it from
+the workspace instead (a `.pth` naming `workspace`, and `workspace/src` for a src layout):
+tests must run the agent's edited code, never a copy installed before the agent began. So
+the environment holds nothing of the commit it was built from beyond its dependencies,
+which matters when that commit comes after the fix.
+
+A virtual environment cannot move (its scripts name their own path), so it is built where
+it stays, under a lock, and marked complete last; a build that died half-way is redone.
+Sandboxes see it read-only at the same path. Building runs the project's build backend on
+the host: repositories are the operator's, not the agent's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from etude.tasks.materialize import PROJECTS_DIR, materialize
+from etude.tasks.repo import IGNORED
+from etude.tasks.sources import RepositorySources
+from etude.tasks.task import Task
+
+WORKSPACE = "/workspace"
+"""Where sessions and grading see the repository (etude.sandbox)."""
+MARKER = "etude-environment.json"
+"""Written last into a complete environment: what it was built from, what it holds."""
+
+
+class EnvironmentBuildError(RuntimeError):
+    """An environment could not be built; the message names the task and says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class PackageSource:
+    """Where packages come from."""
+
+    wheelhouse: Path | None = None
+    """A directory of wheels and sdists; when set, the only source (no network)."""
+    index_url: str | None = None
+    """A package index; unset, pip's own configuration (PyPI by default)."""
+
+    def pip_args(self) -> list[str]:
+        if self.wheelhouse is not None:
+            return ["--no-index", "--find-links", str(self.wheelhouse.resolve())]
+        return ["--index-url", self.index_url] if self.index_url else []
+
+
+@dataclass(frozen=True, slots=True)
+class PythonEnvironment:
+    root: Path
+    built: bool
+    """Whether this call built it (else an earlier one had)."""
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.root / "bin"
+
+
+def environment_commit(task: Task) -> str:
+    return task.setup.environment_setup_commit or task.base_commit
+
+
+def environment_for(
+    task: Task,
+    cache_dir: Path,
+    envs_dir: Path,
+    packages: PackageSource,
+    *,
+    sources: RepositorySources | None = None,
+    projects_dir: Path = PROJECTS_DIR,
+    workspace: str = WORKSPACE,
+) -> PythonEnvironment:
+    """The task's environment, its repository at the environment commit materialized into
+    `cache_dir` first (etude.tasks.materialize)."""
+    at_commit = replace(task, base_commit=environment_commit(task))
+    tree = materialize(at_commit, cache_dir, projects_dir, sources=sources)
+    return build_environment(task, tree, envs_dir, packages, workspace=workspace)
+
+
+def build_environment(
+    task: Task,
+    tree: Path,
+    envs_dir: Path,
+    packages: PackageSource,
+    *,
+    workspace: str = WORKSPACE,
+    timeout_s: float = 1800.0,
+) -> PythonEnvironment:
+    """The environment of `task` under `envs_dir`, built from `tree` (the repository at
+    `environment_commit(task)`) unless already there."""
+    python = _interpreter(task)
+    spec = {
+        "repo": task.repo,
+        "commit": environment_commit(task),
+        "python": python,
+        "packages": task.setup.packages,
+        "reqs_path": list(task.setup.reqs_path),
+        "pip_packages": list(task.setup.pip_packages),
+        "workspace": workspace,
+    }
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "__", task.repo).lstrip(".")
+    root = envs_dir / f"{name}@{spec['commit'][:12]}-{digest}"
+    envs_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(envs_dir / f".{root.name}.lock"):
+        if _complete(root, spec):
+            return PythonEnvironment(root, built=False)
+        shutil.rmtree(root, ignore_errors=True)  # a build that died half-way
+        try:
+            installed = _build(task, tree, root, python, packages, workspace, timeout_s)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        marker = root / f".{MARKER}.partial"
+        marker.write_text(json.dumps({"spec": spec, "installed": installed}, indent=1))
+        marker.rename(root / MARKER)
+    return PythonEnvironment(root, built=True)
+
+
+def _interpreter(task: Task) -> str:
+    """The interpreter to build with: the one running, or `python<version>` on PATH when the
+    task asks for another version."""
+    wanted = task.setup.python
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if not wanted or wanted == running:
+        return sys.executable
+    found = shutil.which(f"python{wanted}")
+    if found is None:
+        raise EnvironmentBuildError(
+            f"{task.id}: wants Python {wanted}; this machine runs {running} and has no "
+            f"python{wanted} on PATH"
+        )
+    return found
+
+
+def _complete(root: Path, spec: dict) -> bool:
+    try:
+        return json.loads((root / MARKER).read_text())["spec"] == spec
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _build(
+    task: Task,
+    tree: Path,
+    root: Path,
+    python: str,
+    packages: PackageSource,
+    workspace: str,
+    timeout_s: float,
+) -> list[str]:
+    """Build the environment at `root`; the `name==version` of what it holds."""
+
+    def run(*args: str, what: str, cwd: Path | None = None) -> None:
+        try:
+            done = subprocess.run(
+                args, capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
+                env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise EnvironmentBuildError(f"{task.id}: {what} took over {timeout_s:.0f} s") from None
+        if done.returncode != 0:
+            said = (done.stderr.strip() or done.stdout.strip())[-2000:]
+            raise EnvironmentBuildError(f"{task.id}: {what} failed: {said}")
+
+    run(python, "-m", "venv", "--without-pip", str(root), what="creating the environment")
+    env_python = str(root / "bin" / "python")
+    # pip of the service, pointed at the environment: the environment itself needs none.
+    pip = [sys.executable, "-m", "pip", "--python", env_python]
+    with tempfile.TemporaryDirectory(prefix="etude-pyenv-") as scratch:
+        # A copy to build from: builds write into their source (build/, *.egg-info), and
+        # `tree` may be the repository sessions open.
+        source = Path(scratch) / "project"
+        shutil.copytree(tree, source, ignore=shutil.ignore_patterns(*IGNORED))
+        report = Path(scratch) / "report.json"
+        wanted = [*_requirement_files(task, source), *task.setup.pip_packages]
+        if any((source / f).is_file() for f in ("pyproject.toml", "setup.py", "setup.cfg")):
+            wanted.append(str(source))  # else a tree of modules, not a distribution
+        installed = []
+        if wanted:
+            # From the project's directory: requirements files name paths (`-e .`) so.
+            run(
+                *pip, "install", "--no-input", "--report", str(report), *packages.pip_args(),
+                *wanted, what="installing the project and its dependencies", cwd=source,
+            )  # fmt: skip
+            installed = json.loads(report.read_text())["install"]
+        own = [
+            item["metadata"]["name"] for item in installed
+            if item.get("download_info", {}).get("url") == source.resolve().as_uri()
+        ]  # fmt: skip
+        if str(source) in wanted and not own:  # left in, it would shadow the workspace
+            raise EnvironmentBuildError(f"{task.id}: pip's report does not name the project")
+        if own:
+            run(*pip, "uninstall", "-y", *own, what="taking the project out again")
+    purelib = subprocess.run(
+        [env_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    roots = [workspace] + ([f"{workspace}/src"] if (tree / "src").is_dir() else [])
+    Path(purelib, "etude-workspace.pth").write_text("".join(f"{r}\n" for r in roots))
+    return sorted(
+        f"{i['metadata']['name']}=={i['metadata']['version']}"
+        for i in installed
+        if i["metadata"]["name"] not in own
+    )
+
+
+def _requirement_files(task: Task, source: Path) -> list[str]:
+    """pip arguments for the requirements files the setup names (SWE-bench's `packages`
+    naming a file, SWE-rebench's `reqs_path`); `packages` naming packages adds those."""
+    packages = task.setup.packages
+    if packages.endswith((".yml", ".yaml")):
+        raise EnvironmentBuildError(f"{task.id}: conda environments ({packages}) are not built")
+    files = [*task.setup.reqs_path, *([packages] if packages.endswith(".txt") else [])]
+    for name in files:
+        if not (source / name).resolve().is_relative_to(source.resolve()):
+            raise EnvironmentBuildError(
+                f"{task.id}: requirements file {name} is outside the repository"
+            )
+        if not (source / name).is_file():
+            raise EnvironmentBuildError(f"{task.id}: no requirements file {name} in the repository")
+    named = packages.split() if packages and not packages.endswith(".txt") else []
+    return [arg for name in files for arg in ("-r", str(source / name))] + named
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock across processes and threads (each call opens its own file)."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,176 @@
+"""A task's Python environment: its dependencies from a wheelhouse, built once per
+repository and commit, and the project imported from the workspace (the agent's edits),
+never from an installed copy."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from etude.common.toolcalls import ToolCall
+from etude.tasks.materialize import materialize
+from etude.tasks.pyenv import (
+    EnvironmentBuildError,
+    PackageSource,
+    build_environment,
+    environment_for,
+)
+from etude.tasks.sources import RepositorySources
+from etude.tasks.task import Setup, Task
+from tests.conftest import skip_without_sandboxes
+from tests.environment.conftest import make_manager
+from tests.tasks.upstream import git
+
+# Each tiny project builds with tests/tasks/tiny_backend.py, in its own tree.
+PYPROJECT = """[build-system]
+requires = []
+build-backend = "backend"
+backend-path = ["."]
+"""
+
+
+def make_project(root: Path, name: str, requires: str, modules: dict[str, str], src: str):
+    root.mkdir(parents=True)
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    shutil.copy(Path(__file__).with_name("tiny_backend.py"), root / "backend.py")
+    (root / "PROJECT").write_text(f"{name}|1.0|{requires}|{src}")
+    for path, text in modules.items():
+        (root / src / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / src / path).write_text(text)
+
+
+@pytest.fixture
+def wheelhouse(tmp_path: Path) -> Path:
+    """tinydep 1.0, as a wheel."""
+    project = tmp_path / "tinydep"
+    make_project(
+        project, "tinydep", "", {"tinydep/__init__.py": "def double(x):\n    return 2 * x\n"}, "."
+    )
+    house = tmp_path / "wheelhouse"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-index", "--no-deps", "-q",
+         "-w", str(house), str(project)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return house
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> tuple[Path, str]:
+    """acme/tiny, a src-layout project needing tinydep, committed; (checkouts dir, commit)."""
+    root = tmp_path / "checkouts" / "acme__tiny"
+    make_project(root, "tiny", "tinydep>=1.0", {
+        "tiny/__init__.py": "from tinydep import double\n\nANSWER = double(21)\n",
+    }, "src")  # fmt: skip
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "tiny")
+    return root.parent, git(root, "rev-parse", "HEAD").stdout.strip()
+
+
+def task_on(commit: str, **setup) -> Task:
+    return Task(
+        id="acme__tiny-1", repo="acme/tiny", base_commit=commit, instruction="",
+        test_patch="", fail_to_pass=(), pass_to_pass=(), setup=Setup(**setup),
+    )  # fmt: skip
+
+
+def test_the_environment_has_the_dependencies_and_imports_the_workspace(
+    tmp_path, wheelhouse, project
+):
+    checkouts, commit = project
+    workspace = tmp_path / "workspace"  # where a session sees the repository, edited
+    sources = RepositorySources(checkouts=(checkouts,))
+    env = environment_for(
+        task_on(commit), tmp_path / "tasks", tmp_path / "envs", PackageSource(wheelhouse),
+        sources=sources, workspace=str(workspace),
+    )  # fmt: skip
+    assert env.built
+    git(tmp_path, "clone", "-q", str(checkouts / "acme__tiny"), str(workspace))
+    (workspace / "src" / "tiny" / "__init__.py").write_text("ANSWER = 'edited'\n")
+    ran = subprocess.run(
+        [str(env.python), "-c", "import tiny, tinydep; print(tiny.ANSWER, tiny.__file__)"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["edited", str(workspace / "src" / "tiny" / "__init__.py")]
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(env.python), "list", "--format=freeze"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "tinydep==1.0" in listed and "tiny==" not in listed  # no copy of the project
+
+
+def test_an_environment_is_built_once_per_commit(tmp_path, wheelhouse, project):
+    checkouts, commit = project
+    tree = checkouts / "acme__tiny"
+    envs = tmp_path / "envs"
+    results = []
+
+    def build(task: Task) -> None:
+        results.append(build_environment(task, tree, envs, PackageSource(wheelhouse)))
+
+    tasks = [replace(task_on(commit), id=f"acme__tiny-{i}") for i in range(3)]
+    threads = [threading.Thread(target=build, args=(task,)) for task in tasks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({r.root for r in results}) == 1 and sum(r.built for r in results) == 1
+    other = task_on(commit, environment_setup_commit="ab" * 20)
+    assert build_environment(other, tree, envs, PackageSource(wheelhouse)).root != results[0].root
+
+
+def test_a_missing_dependency_is_a_clear_error_and_leaves_nothing(tmp_path, project):
+    checkouts, commit = project
+    empty = tmp_path / "empty-wheelhouse"
+    empty.mkdir()
+    envs = tmp_path / "envs"
+    with pytest.raises(EnvironmentBuildError, match=r"acme__tiny-1: installing .* tinydep"):
+        build_environment(task_on(commit), checkouts / "acme__tiny", envs, PackageSource(empty))
+    assert [p for p in envs.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_python_or_requirements_file_this_machine_lacks_is_a_clear_error(tmp_path, project):
+    checkouts, commit = project
+    tree, envs, source = checkouts / "acme__tiny", tmp_path / "envs", PackageSource(tmp_path)
+    with pytest.raises(EnvironmentBuildError, match=r"wants Python 2\.6; .* no python2\.6 on PATH"):
+        build_environment(task_on(commit, python="2.6"), tree, envs, source)
+    with pytest.raises(EnvironmentBuildError, match=r"no requirements file requirements/dev\.txt"):
+        build_environment(task_on(commit, reqs_path=("requirements/dev.txt",)), tree, envs, source)
+
+
+@pytest.mark.integration
+async def test_a_sandbox_given_the_environment_runs_the_agents_code_with_it(
+    tmp_path, wheelhouse, project
+):
+    """The wiring the sandbox needs: the environment bound read-only at its own path, its
+    python run; the workspace's edited code is what it imports."""
+    checkouts, commit = project
+    sources = RepositorySources(checkouts=(checkouts,))
+    task = task_on(commit)
+    env = environment_for(task, tmp_path / "tasks", tmp_path / "envs", PackageSource(wheelhouse),
+                          sources=sources)  # fmt: skip
+    repository = materialize(task, tmp_path / "tasks", sources=sources)
+    with skip_without_sandboxes():
+        manager = make_manager(tmp_path, ro_binds=(str(env.root),))
+    try:
+        session = await manager.create(task.id, repository)
+        command = (
+            "echo \"ANSWER = 'edited'\" > src/tiny/__init__.py && "
+            f"{env.python} -c 'import tiny, tinydep; print(tiny.ANSWER, tiny.__file__)'"
+        )
+        [ran] = await manager.execute(
+            session.id, [ToolCall("run_terminal_command", {"command": command}, "c")]
+        )
+    finally:
+        await manager.close_all()
+    assert ran.result.exit_code == 0, ran.result.output
+    assert ran.result.output.split()[:2] == ["edited", "/workspace/src/tiny/__init__.py"]
