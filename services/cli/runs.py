@@ -2,6 +2,10 @@
 
 The gateway is `--gateway URL`, else the one the local stack in `--run-dir` recorded in its
 state file (the `gateway` component's HTTP address).
+
+`start` with a `tasks.taskset` that is a file (or a `datasets` directory) here reads it and
+sends its records with the run, so the gateway registers them however far away it runs;
+`taskset` then only labels them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from etude.cli.stack import STATE_FILE, StackState, settings_for
 from etude.common.auth import bearer_header
 from etude.common.run_config import RunConfigError, load_run_config
 from etude.common.settings import get_settings
+from etude.tasks.materialize import BUNDLED_TASKSETS
+from etude.tasks.taskset import TaskSetError, read_tasks
 
 app = typer.Typer(help="Training runs: start, list, show and stop them through the gateway.")
 console = Console(stderr=True)
@@ -115,6 +121,8 @@ def _print_run(run: dict[str, Any]) -> None:
     table.add_row("step", f"{run['step']} of {steps}")
     table.add_row("policy version", str(run["policy_version"]))
     table.add_row("task set", str(config.get("tasks", {}).get("taskset", "?")))
+    if run.get("heartbeat_ms"):
+        table.add_row("driver seen", _when(run["heartbeat_ms"]))
     table.add_row("policy init", str(config.get("policy", {}).get("init", "?")))
     for key in ("output_dir", "error"):
         if run[key]:
@@ -171,11 +179,23 @@ def start(
     """Start a run from a config file (checked here first, then by the gateway)."""
     try:
         document = load_run_config(config, overrides).model_dump(mode="json")
-    except RunConfigError as error:
+        body = {"config": document, "run_id": run_id, **_local_tasks(document["tasks"])}
+    except (RunConfigError, TaskSetError) as error:
         console.print(f"[red]{error}[/]")
         raise typer.Exit(2) from None
-    body = {"config": document, "run_id": run_id}
     _output(_request(gateway, run_dir, "POST", "/runs", body), as_json, _print_run)
+
+
+def _local_tasks(tasks: dict[str, Any]) -> dict[str, Any]:
+    """`{"tasks": records}` when `tasks.taskset` is a file or directory here (its label made
+    absolute in `tasks`); nothing for a bundled name or a path only the gateway can see."""
+    source = tasks["taskset"]
+    if source in BUNDLED_TASKSETS or not Path(source).exists():
+        return {}
+    records = [t.to_swe() for t in read_tasks(source)]
+    tasks["taskset"] = str(Path(source).resolve())
+    console.print(f"Sending {len(records)} tasks from {tasks['taskset']} with the run.")
+    return {"tasks": records}
 
 
 @app.command()
@@ -185,7 +205,8 @@ def stop(
     run_dir: RunDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Ask a run to stop; it ends at its next step."""
+    """Ask a run to stop: it ends before its next step (at once if it never started; a run
+    whose trainer died is ended by the gateway's reaper)."""
     path = f"/runs/{urllib.parse.quote(run_id, safe='')}/stop"
     _output(_request(gateway, run_dir, "POST", path), as_json, _print_run)
 

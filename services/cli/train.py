@@ -19,6 +19,7 @@ from etude.cli.stack import LOCAL_SERVICES, LocalStack, ServiceSpec, StackError,
 from etude.cli.status import read_status
 from etude.common.logging import configure_logging
 from etude.common.run_config import RunConfig, RunConfigError, load_run_config
+from etude.common.runs import RunFailedError
 from etude.common.settings import EtudeSettings
 from etude.common.signals import StopRequested, stop_on_signals
 from etude.trainer.driver import Driver, cluster_endpoints, recorded_config, serving_env
@@ -135,7 +136,8 @@ def _until_done(
     start: Callable[[], Driver], stack: LocalStack | None = None, **phases: Any
 ) -> NoReturn:
     """Start the run (the stack first, if any) and drive it until it ends, a signal stops it
-    (exit 130) or the stack fails (exit 1)."""
+    (exit 130), the run is failed elsewhere (a task its workers cannot find or build; exit 1)
+    or the stack fails (exit 1)."""
     code = 1
     try:
         with stop_on_signals():  # a signal at any point unwinds through the clean-up
@@ -144,6 +146,8 @@ def _until_done(
         console.print(f"{stop.args[0]}: stopping…")
         code = 130
     except StackError as error:
+        console.print(f"[red]{error}[/]")
+    except RunFailedError as error:  # recorded in the run registry: `etude runs show` says it
         console.print(f"[red]{error}[/]")
     finally:
         if stack is not None:

@@ -76,17 +76,19 @@ return 'ok'
 """
 
 # KEYS: run hash, active set. ARGV: now_ms, bound_ms, reason, run id. Ends a running or
-# stopping run whose driver's heartbeat (else its last update) is older than the bound;
-# returns the status it ended with, or ''.
+# stopping run whose driver's heartbeat (else its last update) is older than the bound, or
+# with bound -1 any run not ended yet; returns the status it ended with, or ''.
 _REAP = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then redis.call('SREM', KEYS[2], ARGV[4]) return '' end
 local terminal = {stopped = true, finished = true, failed = true}
 if terminal[status] then redis.call('SREM', KEYS[2], ARGV[4]) return '' end
-if status ~= 'running' and status ~= 'stopping' then return '' end
-local beat = redis.call('HGET', KEYS[1], 'heartbeat_ms')
-beat = tonumber(beat or redis.call('HGET', KEYS[1], 'updated_ms') or '0')
-if tonumber(ARGV[1]) - beat <= tonumber(ARGV[2]) then return '' end
+if ARGV[2] ~= '-1' then
+  if status ~= 'running' and status ~= 'stopping' then return '' end
+  local beat = redis.call('HGET', KEYS[1], 'heartbeat_ms')
+  beat = tonumber(beat or redis.call('HGET', KEYS[1], 'updated_ms') or '0')
+  if tonumber(ARGV[1]) - beat <= tonumber(ARGV[2]) then return '' end
+end
 local ending = 'failed'
 if redis.call('HGET', KEYS[1], 'stop_requested') == '1' then ending = 'stopped' end
 redis.call('HSET', KEYS[1], 'status', ending, 'error', ARGV[3], 'updated_ms', ARGV[1])
@@ -309,12 +311,19 @@ class RunRegistry:
         )
         ended = {}
         for each in ids:
-            keys = [self._key(each), self._active]
-            args = [_now_ms(), int(max_silence_seconds * 1000), reason, each]
-            outcome = (await self._reap(keys=keys, args=args)).decode()
-            if outcome:
+            if outcome := await self._end(each, int(max_silence_seconds * 1000), reason):
                 ended[each] = outcome
         return ended
+
+    async def abandon(self, run_id: str, reason: str) -> str:
+        """End a run that has not ended, whatever its status, because nothing will drive it
+        any more (its launched process exited): `stopped` when a stop was requested, else
+        `failed`. Returns that status, or '' when it had ended already."""
+        return await self._end(run_id, -1, reason)
+
+    async def _end(self, run_id: str, bound_ms: int, reason: str) -> str:
+        keys = [self._key(run_id), self._active]
+        return (await self._reap(keys=keys, args=[_now_ms(), bound_ms, reason, run_id])).decode()
 
     async def stop_requested(self, run_id: str) -> bool:
         value = await self.redis.hget(self._key(run_id), "stop_requested")

@@ -44,6 +44,8 @@ async def build(
         make_launcher(settings),
         redis_timeout_seconds=config.redis_timeout_seconds,
         verifier=Verifier.from_settings(settings.auth),
+        driver_timeout_seconds=settings.runs.driver_timeout_seconds,
+        reap_interval_seconds=config.reap_interval_seconds,
     )
     # lifespan on: the app opens its Redis client there.
     port = await serve_http(app, settings.grpc.host, config.http_port, resources, lifespan="on")

@@ -1,5 +1,16 @@
 """The gateway's HTTP API: start, list, inspect and stop runs; list task sets; health.
 
+Starting a run registers its task set with it (etude.tasks.taskset.RunTasks): the records
+`etude runs start` read from a file on the caller's machine, or the bundled set or file
+under the run directory the config names. A task set that cannot be read or leaves nothing
+to train on is a 422, and no run is recorded.
+
+The gateway also reaps: every `reap_interval_seconds`, and before it shows a run, it ends a
+running or stopping run whose driver has written no heartbeat for `driver_timeout_seconds`
+(`failed`, or `stopped` when a stop was requested, with the reason in `error`), and a run
+whose process the local launcher started has exited without ending it. So a run never stays
+`running` or `stopping` with nothing left to end it.
+
 Every answer about a run comes from Redis, so the gateway keeps no state of its own. When
 Redis does not answer, Redis-backed endpoints say so with 503 (the client may retry), never
 500. Request bodies are validated by the models below, so a bad document gets a 422 that
@@ -10,12 +21,15 @@ token of another role.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -33,7 +47,12 @@ from etude.gateway.launcher import Launcher
 from etude.gateway.metrics import REQUEST_SECONDS, REQUESTS
 from etude.gateway.validation import StrictJSONRoute, confine_run_paths, gateway_run_dir
 from etude.tasks.materialize import BUNDLED_TASKSETS, HELD_OUT_PROJECTS
-from etude.tasks.task import read_jsonl
+from etude.tasks.task import Task, read_jsonl
+from etude.tasks.taskset import RunTasks, TaskSetError, read_tasks, select_tasks
+
+log = logging.getLogger(__name__)
+
+MAX_UPLOADED_TASKS = 100_000
 
 
 class StartRun(BaseModel):
@@ -45,11 +64,45 @@ class StartRun(BaseModel):
     gateway's run directory."""
     run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
     """Unset: `<config.name>-<random>`."""
+    tasks: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_UPLOADED_TASKS)
+    """The task set's records (SWE-bench-style, as in a JSONL file), read by the caller
+    (`etude runs start` reads a local `tasks.taskset` file and sends them); `config.tasks.
+    taskset` then only names where they came from. Unset: the run reads `tasks.taskset`,
+    a bundled name or a file under the gateway's run directory."""
 
     @model_validator(mode="after")
     def _paths_inside_the_run_dir(self) -> StartRun:
-        self.config = confine_run_paths(self.config, gateway_run_dir())
+        uploaded = self.tasks is not None
+        self.config = confine_run_paths(self.config, gateway_run_dir(), taskset=not uploaded)
         return self
+
+
+def _selected(body: StartRun) -> tuple[list[Task], list[Task]]:
+    """The run's (train, held-out) tasks; TaskSetError names what is wrong."""
+    config = body.config.tasks
+    if body.tasks is None:
+        named = config.taskset
+        return select_tasks(_bundled(named) if named in BUNDLED_TASKSETS else read_tasks(named),
+                            config)  # fmt: skip
+    tasks = []
+    for number, record in enumerate(body.tasks):
+        try:
+            tasks.append(Task.from_swe(record))
+        except (ValueError, KeyError, TypeError) as error:
+            raise TaskSetError(f"tasks[{number}]: {error}") from None
+    try:
+        return select_tasks(tasks, config)
+    except TaskSetError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        # A field of the wrong type (metadata hints that are not a mapping, …) found while
+        # the records are read: the caller's document, not a gateway failure.
+        raise TaskSetError(f"a task record is malformed: {type(error).__name__}: {error}") from None
+
+
+@cache
+def _bundled(name: str) -> list[Task]:
+    return read_tasks(name)  # shipped with the package: read once
 
 
 class Run(BaseModel):
@@ -67,6 +120,8 @@ class Run(BaseModel):
     error: str
     stop_requested: bool
     output_dir: str
+    heartbeat_ms: int
+    """When the run's driver last said it is alive (Unix ms; 0: no driver yet)."""
 
     @classmethod
     def of(cls, record: RunRecord) -> Run:
@@ -161,11 +216,29 @@ def create_app(
     task_sets: Mapping[str, Path] = BUNDLED_TASKSETS,
     redis_timeout_seconds: float = 2.0,
     verifier: Verifier | None = None,
+    driver_timeout_seconds: float = 60.0,
+    reap_interval_seconds: float = 5.0,
 ) -> FastAPI:
     """The gateway over the Redis at `redis_url`; `launcher` starts each created run. The
-    Redis client is made in the app's lifespan, on the loop that serves the requests.
-    `verifier` unset: the process's credentials (ETUDE_AUTH__*)."""
+    Redis client is made in the app's lifespan, on the loop that serves the requests, and
+    the reaper runs there. `verifier` unset: the process's credentials (ETUDE_AUTH__*)."""
     guarded = [Depends(operator_only(verifier or Verifier.from_settings(get_settings().auth)))]
+
+    async def reap(runs: RunRegistry, run_id: str | None = None) -> None:
+        for ended, code in launcher.exited().items():
+            if run_id is None or ended == run_id:
+                why = f"its `etude train` process exited with code {code} before ending it"
+                await runs.abandon(ended, f"{why}; see {launcher.log_of(ended)}")
+        for ended, status in (await runs.reap(driver_timeout_seconds, run_id)).items():
+            log.warning("run %s ended as %s: its driver is gone", ended, status)
+
+    async def reap_forever(runs: RunRegistry) -> None:
+        while True:
+            await asyncio.sleep(reap_interval_seconds)
+            try:
+                await reap(runs)
+            except redis_errors.RedisError as error:  # Redis back later: reap then
+                log.warning("reaper: %s", error)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -175,9 +248,14 @@ def create_app(
             socket_connect_timeout=redis_timeout_seconds,
         )
         app.state.registry = RunRegistry(client, prefix)
+        app.state.run_tasks = RunTasks(client, prefix)
+        reaper = asyncio.create_task(reap_forever(app.state.registry))
         try:
             yield
         finally:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
             await client.aclose()
 
     app = FastAPI(
@@ -213,13 +291,20 @@ def create_app(
         dependencies=guarded,
     )
     async def start_run(request: Request, body: StartRun) -> Run:
-        """Record a run as queued and hand it to the launcher."""
+        """Record a run as queued with its task set, and hand it to the launcher. 422 when
+        the task set cannot be read or has no training task."""
         runs = registry(request)
+        try:
+            train, held_out = await asyncio.to_thread(_selected, body)
+        except TaskSetError as error:
+            raise HTTPException(422, f"tasks: {error}") from None
         try:
             record = await runs.create(body.config, body.run_id)
         except ValueError as error:
             raise HTTPException(409, str(error)) from None
+        run_tasks: RunTasks = request.app.state.run_tasks
         try:
+            await run_tasks.register(record.run_id, body.config.tasks.taskset, train, held_out)
             await launcher.launch(record, body.config)
         except Exception as error:
             # The record stays, marked failed, so the failure is visible in `GET /runs`.
@@ -239,7 +324,9 @@ def create_app(
         "/runs/{run_id}", responses={**NOT_FOUND, **DENIED, **UNAVAILABLE}, dependencies=guarded
     )
     async def get_run(request: Request, run_id: str) -> Run:
-        """A run's status, step, policy version and latest metrics."""
+        """A run's status, step, policy version and latest metrics (a run whose driver is
+        gone is ended first, so it is not shown as running)."""
+        await reap(registry(request), run_id)
         return Run.of(await registry(request).get(run_id))
 
     @app.post(
@@ -249,10 +336,11 @@ def create_app(
         dependencies=guarded,
     )
     async def stop_run(request: Request, run_id: str) -> Run:
-        """Ask a run to stop; the training loop ends it at its next step. 409 when it
-        has already ended."""
+        """Ask a run to stop: the training loop ends it before its next step, a queued run
+        no driver has taken stops at once, and a run whose driver is gone is ended by the
+        reaper. 409 when it had already ended."""
         record = await registry(request).request_stop(run_id)
-        if record.status in TERMINAL:
+        if record.status in TERMINAL and not record.stop_requested:
             raise HTTPException(409, f"run {run_id!r} has already ended ({record.status})")
         return Run.of(record)
 

@@ -21,6 +21,9 @@ class GatewayConfig(Section):
     unset: the stack's run directory."""
     redis_timeout_seconds: float = Field(default=2.0, gt=0)
     """How long a Redis call may take before the request fails with 503."""
+    reap_interval_seconds: float = Field(default=5.0, gt=0, le=3600)
+    """How often the gateway ends runs whose driver is gone (`ETUDE_RUNS__*` says when a
+    driver counts as gone)."""
 
 
 class GatewaySettings(EtudeSettings):

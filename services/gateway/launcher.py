@@ -28,12 +28,26 @@ class Launcher(Protocol):
         """Start the run `record` (already recorded as queued); raise if it cannot start."""
         ...
 
+    def exited(self) -> dict[str, int]:
+        """Runs whose started process has exited since the last call, with exit codes."""
+        ...
+
+    def log_of(self, run_id: str) -> str:
+        """Where the run's process wrote its output."""
+        ...
+
 
 class RecordOnlyLauncher:
     """Starts nothing: the queued record is the hand-off."""
 
     async def launch(self, record: RunRecord, config: RunConfig) -> None:
         return None
+
+    def exited(self) -> dict[str, int]:
+        return {}
+
+    def log_of(self, run_id: str) -> str:
+        return "the log of whatever runs it"
 
 
 class LocalLauncher:
@@ -59,10 +73,18 @@ class LocalLauncher:
     async def launch(self, record: RunRecord, config: RunConfig) -> None:
         await asyncio.to_thread(self._spawn, record.run_id, config)
 
+    def exited(self) -> dict[str, int]:
+        """Collects the children that have exited (none stays a zombie): the gateway's reaper
+        ends their runs if they did not."""
+        done = {k: p.returncode for k, p in self.processes.items() if p.poll() is not None}
+        for run_id in done:
+            del self.processes[run_id]
+        return done
+
+    def log_of(self, run_id: str) -> str:
+        return str(self.directory / f"{run_id}.log")
+
     def _spawn(self, run_id: str, config: RunConfig) -> None:
-        # Collect children that have exited, so none stays a zombie.
-        for done in [k for k, p in self.processes.items() if p.poll() is not None]:
-            del self.processes[done]
         self.directory.mkdir(parents=True, exist_ok=True)
         config_path = self.directory / f"{run_id}.yaml"
         document = config.model_dump(mode="json")

@@ -106,9 +106,11 @@ def _inside(path: Path, directory: Path) -> bool:
     return path == directory or path.is_relative_to(directory)
 
 
-def confine_run_paths(config: RunConfig, run_dir: Path) -> RunConfig:
+def confine_run_paths(config: RunConfig, run_dir: Path, *, taskset: bool = True) -> RunConfig:
     """`config` with its output directory under `<run_dir>/runs` (the default, or a
-    relative one, placed there); ValueError naming the field of a path outside `run_dir`."""
+    relative one, placed there); ValueError naming the field of a path outside `run_dir`.
+    `taskset` False: the task set's records came with the request, so `tasks.taskset` is
+    only their label and is left as it is."""
     runs = run_dir / "runs"
     default = RunConfig.model_fields["output_dir"].default
     output = config.output_dir
@@ -120,7 +122,9 @@ def confine_run_paths(config: RunConfig, run_dir: Path) -> RunConfig:
             "output_dir": output,
             "tasks": config.tasks.model_copy(
                 update={"taskset": _stack_file(config.tasks.taskset, "tasks.taskset", run_dir)}
-            ),
+            )
+            if taskset
+            else config.tasks,
             "policy": config.policy.model_copy(
                 update={"init": _stack_file(config.policy.init, "policy.init", run_dir)}
             ),

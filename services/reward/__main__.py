@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 
 from etude.common.grpc_server import Registration, run_service
+from etude.common.queue import queue_client
 from etude.environment.client import GrpcEnvironment
 from etude.reward.config import RewardSettings
 from etude.reward.grader import Grader
@@ -13,6 +14,7 @@ from etude.reward.server import RewardServicer, ScoreServicer, registration
 from etude.reward.sim import SimScorer
 from etude.sandbox.bwrap import configured_bwrap
 from etude.tasks.store import TaskStore
+from etude.tasks.taskset import RunTasks
 
 
 async def build(
@@ -28,7 +30,11 @@ async def build(
         resources.push_async_callback(environment.close)
     sandbox = settings.sandbox.for_grading()
     grader = Grader(config, configured_bwrap(sandbox), sandbox)
-    return [registration(RewardServicer(grader, TaskStore(config.tasks_files), environment))]
+    # Tasks come from the task set registered with the run a request names, in Redis.
+    redis = queue_client(settings.redis.url)
+    resources.push_async_callback(redis.aclose)
+    tasks = TaskStore(config.tasks_files)
+    return [registration(RewardServicer(grader, tasks, environment, RunTasks(redis)))]
 
 
 if __name__ == "__main__":

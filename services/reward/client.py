@@ -17,8 +17,11 @@ from etude.reward.types import Score
 
 
 class Scorer(Protocol):
-    async def score(self, task_id: str, *, session_id: str = "", patch: str = "") -> Score:
-        """The score of the task's patch: `patch`, or else the session's diff."""
+    async def score(
+        self, task_id: str, *, session_id: str = "", patch: str = "", run_id: str = ""
+    ) -> Score:
+        """The score of the task's patch: `patch`, or else the session's diff. The task is
+        one of those registered with `run_id` (empty: the bundled task sets)."""
         ...
 
 
@@ -27,8 +30,14 @@ class RewardRequestError(ValueError):
 
 
 class GrpcReward:
-    def __init__(self, target: str, settings: ClientSettings | None = None) -> None:
+    """`run_id`: the run whose registered tasks this client's calls grade (a rollout worker
+    and a trainer each speak for one run), unless a call names another."""
+
+    def __init__(
+        self, target: str, settings: ClientSettings | None = None, *, run_id: str = ""
+    ) -> None:
         self.settings = settings or ClientSettings()
+        self.run_id = run_id
         # Grading runs a test suite: more than an ordinary call's deadline.
         self.channel: aio.Channel = open_channel(
             target, self.settings, long_methods=("etude.api.v1.RewardService/Score",)
@@ -36,9 +45,12 @@ class GrpcReward:
         self.stub = reward_pb2_grpc.RewardServiceStub(self.channel)
 
     async def score(
-        self, task_id: str, *, session_id: str = "", patch: str = "", timeout: float | None = None
-    ) -> Score:
-        request = reward_pb2.ScoreRequest(task_id=common_pb2.TaskId(value=task_id), patch=patch)
+        self, task_id: str, *, session_id: str = "", patch: str = "", run_id: str = "",
+        timeout: float | None = None,
+    ) -> Score:  # fmt: skip
+        request = reward_pb2.ScoreRequest(
+            task_id=common_pb2.TaskId(value=task_id), patch=patch, run_id=run_id or self.run_id
+        )
         if session_id:
             request.session_id.value = session_id
         try:

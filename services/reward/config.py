@@ -20,8 +20,9 @@ class RewardConfig(Section):
     `sim`: a score after simulated time, solved at the scenario's solve rate
     (etude.reward.sim; `ETUDE_SIM__*`)."""
     tasks_files: tuple[Path, ...] = BUNDLED_TASK_FILES
-    """JSONL files of the tasks this service grades (by default the bundled sets, etude-mini
-    and etude-locate)."""
+    """JSONL files of the tasks graded when a request names no run (a smoke check, a gold
+    patch graded by hand). A run's rollouts name their run, and their tasks come from the
+    task set registered with it (etude.tasks.taskset), whatever this says."""
     projects_dir: Path = PROJECTS_DIR
     """Where the projects of `etude-mini/<name>` tasks live."""
     cache_dir: Path | None = None

@@ -17,9 +17,15 @@ from etude.environment.types import SessionNotFoundError
 from etude.reward.client import Scorer
 from etude.reward.grader import Grader
 from etude.reward.metrics import OUTCOMES, SCORE_SECONDS
-from etude.reward.scoring import NoEnvironmentError, NothingToGradeError, TaskGrading
+from etude.reward.scoring import (
+    NoEnvironmentError,
+    NoRunTasksError,
+    NothingToGradeError,
+    TaskGrading,
+)
 from etude.reward.types import Score
 from etude.tasks.store import TaskNotFoundError, TaskStore
+from etude.tasks.taskset import RunTasks
 
 MAX_PATCH_BYTES = 16 << 20
 """A larger patch is refused before grading: applying and diffing it would hold the
@@ -33,6 +39,7 @@ _STATUS = {
     TaskNotFoundError: grpc.StatusCode.NOT_FOUND,
     SessionNotFoundError: grpc.StatusCode.NOT_FOUND,
     NoEnvironmentError: grpc.StatusCode.FAILED_PRECONDITION,
+    NoRunTasksError: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 
@@ -53,6 +60,7 @@ def score_to_proto(score: Score) -> reward_pb2.ScoreResponse:
 def _check(request: reward_pb2.ScoreRequest) -> None:
     check_text(request.task_id.value, "task_id", required=True)
     check_text(request.session_id.value, "session_id")
+    check_text(request.run_id, "run_id")
     if len(request.patch) > MAX_PATCH_BYTES:  # characters: at least as many bytes
         raise InvalidFieldError(f"patch is longer than {MAX_PATCH_BYTES} characters")
 
@@ -67,8 +75,9 @@ class ScoreServicer(reward_pb2_grpc.RewardServiceServicer):
         try:
             _check(request)
             score = await self.scorer.score(
-                request.task_id.value, session_id=request.session_id.value, patch=request.patch
-            )
+                request.task_id.value, session_id=request.session_id.value, patch=request.patch,
+                run_id=request.run_id,
+            )  # fmt: skip
         except tuple(_STATUS) as error:
             await context.abort(_STATUS[type(error)], str(error))
         SCORE_SECONDS.observe(score.seconds)
@@ -77,14 +86,18 @@ class ScoreServicer(reward_pb2_grpc.RewardServiceServicer):
 
 
 class RewardServicer(ScoreServicer):
-    """The service on the grader: `tasks` by id, graded on the patch a call gives or on the
-    session's diff from `environment`."""
+    """The service on the grader: a task by id from the task set registered with the
+    request's run (`runs`; `tasks` when it names none), graded on the patch a call gives or
+    on the session's diff from `environment`."""
 
     def __init__(
-        self, grader: Grader, tasks: TaskStore, environment: EnvironmentClient | None
+        self,
+        grader: Grader,
+        tasks: TaskStore,
+        environment: EnvironmentClient | None,
+        runs: RunTasks | None = None,
     ) -> None:
-        super().__init__(TaskGrading(grader, tasks, environment))
-        self.tasks = tasks
+        super().__init__(TaskGrading(grader, tasks, environment, runs))
 
 
 def registration(servicer: ScoreServicer) -> Registration:

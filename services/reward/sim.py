@@ -16,7 +16,9 @@ class SimScorer:
         self.scenario = scenario
         self.clock = clock
 
-    async def score(self, task_id: str, *, session_id: str = "", patch: str = "") -> Score:
+    async def score(
+        self, task_id: str, *, session_id: str = "", patch: str = "", run_id: str = ""
+    ) -> Score:
         rng = seeded(self.scenario.seed, task_id, session_id)
         seconds = self.scenario.score_seconds.draw(rng)
         await self.clock.sleep(seconds)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -232,14 +232,20 @@ class Orchestrator:
             await self.rollouts.put_many(items)
         return len(added)
 
-    async def next_batch(self, trainer_version: int) -> WaitedBatch:
-        """Wait until enough groups are complete; the oldest of them, with their entry ids."""
+    async def next_batch(
+        self, trainer_version: int, give_up: Callable[[], Awaitable[bool]] | None = None
+    ) -> WaitedBatch | None:
+        """Wait until enough groups are complete; the oldest of them, with their entry ids.
+        `give_up` is asked between two reads (each at most `poll_ms`): True ends the wait
+        with None — a stopped run must not wait for workers that may be gone."""
         started = time.perf_counter()
         while True:
             for group_id in self.collector.drop_stale(trainer_version, self.max_staleness):
                 self._dropped += self._entries.pop(group_id, [])
             if (batch := self.collector.take(trainer_version, self.max_staleness)) is not None:
                 break
+            if give_up is not None and await give_up():
+                return None
             await self._receive(trainer_version + 1)
         entry_ids = [e for g in batch.groups for e in self._entries.pop(g.group_id, [])]
         return WaitedBatch(batch, entry_ids, time.perf_counter() - started)

@@ -1,5 +1,6 @@
 """Settings of a rollout worker (`ETUDE_ROLLOUT__*`). What an episode may do (turns, tokens,
-sampling) is the run's configuration, read from the run registry, not set here."""
+sampling) is the run's configuration, read from the run registry, and its tasks are the task
+set registered with the run (etude.tasks.taskset), not set here."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from pydantic import Field
 
 from etude.common.settings import EtudeSettings, Section
-from etude.tasks.materialize import BUNDLED_TASK_FILES, PROJECTS_DIR
+from etude.tasks.materialize import PROJECTS_DIR
 
 
 class RolloutServiceConfig(Section):
@@ -17,8 +18,6 @@ class RolloutServiceConfig(Section):
     registry in Redis (written by `etude train` or the gateway)."""
     consumer: str = ""
     """This worker's name in the rollout consumer group; unset: `<hostname>-<pid>`."""
-    tasks_files: tuple[Path, ...] = BUNDLED_TASK_FILES
-    """JSONL files of the tasks rollouts may name (by default the bundled sets)."""
     projects_dir: Path = PROJECTS_DIR
     """Where the projects of `etude-mini/<name>` tasks live."""
     cache_dir: Path | None = None

@@ -1,7 +1,7 @@
 """Assembling a rollout worker from settings and its run's configuration: the clients of
-inference (behind the router), environment and reward, the queues, the task store, the agent
-loop. Used by `python -m etude.rollout`, by the Ray actor of `etude train --ray`, and (with
-in-process parts, `assemble_worker`) by the simulated fleet."""
+inference (behind the router), environment and reward, the queues, the run's registered
+tasks, the agent loop. Used by `python -m etude.rollout`, by the Ray actor of `etude train
+--ray`, and (with in-process parts, `assemble_worker`) by the simulated fleet."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from etude.common.payloads import RolloutRequest
 from etude.common.queue import queue_client
 from etude.common.run_config import RolloutConfig, RunConfig, parse_run_config
-from etude.common.runs import RunRegistry
+from etude.common.runs import RunNotFoundError, RunRegistry
 from etude.common.settings import QueueSettings
 from etude.environment.client import EnvironmentClient, GrpcEnvironment
 from etude.inference.client import GrpcInference
@@ -32,9 +32,9 @@ from etude.rollout.repositories import RepositoryCache
 from etude.rollout.router import Router
 from etude.rollout.samplers import PolicySampler, sampling_seed
 from etude.rollout.streams import rollout_key, rollout_queue, trajectory_queue
-from etude.rollout.worker import RolloutWorker
-from etude.tasks.store import TaskStore
+from etude.rollout.worker import RolloutWorker, TaskLookup, TaskUnusableError
 from etude.tasks.task import Task
+from etude.tasks.taskset import RunTasks
 
 
 class WorkerSetupError(RuntimeError):
@@ -89,7 +89,8 @@ async def build_worker(
     services = settings.services
     router = await _router(_address(services.inference, "inference"), settings, resources)
     environment = GrpcEnvironment(_address(services.environment, "environment"), settings.client)
-    reward = GrpcReward(_address(services.reward, "reward"), settings.client)
+    # The reward looks each task up in the task set registered with this worker's run.
+    reward = GrpcReward(_address(services.reward, "reward"), settings.client, run_id=config.run_id)
     for client_ in (environment, reward):
         resources.push_async_callback(client_.close)
     tokenizer = policy_tokenizer(run.policy.init, settings.stack.models_dir)
@@ -97,7 +98,7 @@ async def build_worker(
         config.cache_dir or settings.stack.run_dir / "tasks", config.projects_dir
     )
     return assemble_worker(
-        WorkerParts(router, environment, reward, tokenizer, cache, TaskStore(config.tasks_files)),
+        WorkerParts(router, environment, reward, tokenizer, cache, RunTasks(client).get),
         client, config.run_id, consumer, run.rollout, settings.queue,
         concurrency=config.concurrency or run.rollout.concurrency,
         heartbeat_seconds=config.heartbeat_seconds, request_suffix=f"-{os.getpid()}",
@@ -114,7 +115,8 @@ class WorkerParts:
     reward: Scorer
     tokenizer: Tokenizer
     repository_for: Callable[[Task], Path]
-    tasks: TaskStore
+    tasks: TaskLookup
+    """The run's tasks by id (RunTasks.get: the task set registered with the run)."""
 
 
 def assemble_worker(
@@ -129,8 +131,21 @@ def assemble_worker(
     **options: Any,
 ) -> RolloutWorker:
     """A rollout worker of `run_id` over `parts`; `options` go to `RolloutWorker`."""
+
+    def repository_for(task: Task) -> Path:
+        try:
+            return parts.repository_for(task)
+        except Exception as error:  # deterministic: a bad record, a missing checkout, …
+            raise TaskUnusableError(
+                f"{task.id}: its repository cannot be built: {error}"
+            ) from error
+
+    async def fail_run(failed_run: str, reason: str) -> None:
+        with contextlib.suppress(RunNotFoundError, ValueError):  # unrecorded, or ended already
+            await RunRegistry(client).update(failed_run, status="failed", error=reason)
+
     runner = EpisodeRunner(parts.environment, parts.reward, parts.tokenizer, rollout,
-                           parts.repository_for)  # fmt: skip
+                           repository_for)  # fmt: skip
 
     def sampler_for(request: RolloutRequest) -> PolicySampler:
         return PolicySampler(
@@ -142,6 +157,6 @@ def assemble_worker(
     return RolloutWorker(
         rollouts=rollout_queue(client, run_id, consumer, queue),
         trajectories=trajectory_queue(client, run_id, consumer, queue),
-        runner=runner, tasks=parts.tasks, sampler_for=sampler_for,
+        runner=runner, tasks=parts.tasks, fail_run=fail_run, sampler_for=sampler_for,
         policy_version=parts.router.policy_version, **options,
     )  # fmt: skip

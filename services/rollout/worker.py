@@ -6,9 +6,16 @@ touched every `heartbeat_seconds` so no other worker reclaims it from a live wor
 worker killed mid-episode stops touching, and another worker reclaims the entry after the
 queue's `claim_idle_seconds` and runs it again. The trajectory is written with the entry's
 key as idempotency key, so a worker that died between writing and acknowledging leaves one
-trajectory, not two. A failure (a dead service, an unknown task) gives the entry back for a
-retry, and the queue dead-letters it after `max_deliveries`. On stop, no new entry is taken
-and the episodes in flight finish.
+trajectory, not two. A failure (a dead service, a session that broke) gives the entry back
+for a retry, and the queue dead-letters it after `max_deliveries`. On stop, no new entry is
+taken and the episodes in flight finish.
+
+A task is looked up in the task set registered with the run the entry names
+(etude.tasks.taskset.RunTasks). An entry whose task the run does not have, or whose
+repository cannot be built, can never succeed: retrying it would only dead-letter it while
+the run waits for its group forever. The worker fails the run at once, with the reason
+(`etude runs show` says it; the trainer stops), then acknowledges the entry: its outcome
+is recorded there.
 """
 
 from __future__ import annotations
@@ -26,13 +33,24 @@ from etude.rollout import metrics
 from etude.rollout.agent import EpisodeRunner, TurnSampler
 from etude.rollout.groups import oldest_version
 from etude.rollout.streams import rollout_key
-from etude.tasks.store import TaskStore
+from etude.tasks.store import TaskNotFoundError
+from etude.tasks.task import Task
 
 log = logging.getLogger(__name__)
 
 
 class StaleRolloutError(RuntimeError):
     """A rollout sampled a token older than its entry's `min_policy_version` allows."""
+
+
+class TaskUnusableError(RuntimeError):
+    """A task's repository cannot be built: no attempt of the task can run."""
+
+
+TaskLookup = Callable[[str, str], Awaitable[Task]]
+"""(run id, task id) → the task, from the run's registered task set; TaskNotFoundError."""
+RunFailer = Callable[[str, str], Awaitable[None]]
+"""(run id, reason): record the run as failed."""
 
 
 class RolloutWorker:
@@ -42,7 +60,8 @@ class RolloutWorker:
         rollouts: WorkQueue,
         trajectories: WorkQueue,
         runner: EpisodeRunner,
-        tasks: TaskStore,
+        tasks: TaskLookup,
+        fail_run: RunFailer,
         sampler_for: Callable[[RolloutRequest], TurnSampler],
         policy_version: Callable[[], Awaitable[int]],
         concurrency: int = 8,
@@ -54,6 +73,7 @@ class RolloutWorker:
         self.trajectories = trajectories
         self.runner = runner
         self.tasks = tasks
+        self.fail_run = fail_run
         self.sampler_for = sampler_for
         self.policy_version = policy_version
         self.concurrency = concurrency
@@ -112,7 +132,7 @@ class RolloutWorker:
         heartbeat = asyncio.create_task(self._heartbeat(delivery.entry_id))
         started = time.perf_counter()
         try:
-            task = self.tasks.get(request.task_id)
+            task = await self.tasks(request.run_id, request.task_id)
             await self._wait_for_policy(request.min_policy_version)
             metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, time.time() - delivery.enqueued_ms / 1000))
             trajectory = await self.runner.run(request, task, self.sampler_for(request))
@@ -127,6 +147,8 @@ class RolloutWorker:
             await self.rollouts.ack(delivery.entry_id)
             self.completed += 1
             metrics.ROLLOUT_SECONDS.observe(time.perf_counter() - started)
+        except (TaskNotFoundError, TaskUnusableError) as error:
+            await self._end_run(delivery, request, type(error).__name__, str(error))
         except Exception as error:
             kind = type(error).__name__
             self.failed += 1
@@ -138,6 +160,24 @@ class RolloutWorker:
         finally:
             heartbeat.cancel()
             metrics.IN_FLIGHT.dec()
+
+    async def _end_run(
+        self, delivery: Delivery, request: RolloutRequest, kind: str, error: str
+    ) -> None:
+        """Fail the run for good, then take the entry off the queue (its outcome is the run's
+        recorded failure). If the failure cannot be recorded, the entry goes back instead."""
+        self.failed += 1
+        metrics.FAILURES.labels(kind).inc()
+        reason = f"{kind}: {error}"
+        log.error("run %s cannot go on: rollout %s: %s", request.run_id,
+                  rollout_key(request), reason)  # fmt: skip
+        try:
+            await self.fail_run(request.run_id, f"rollout {rollout_key(request)}: {reason}")
+            await self.rollouts.ack(delivery.entry_id)
+        except Exception as error:  # Redis away: a retry finds the task missing again
+            log.warning("could not fail run %s (%s); the entry goes back", request.run_id, error)
+            with contextlib.suppress(QueueUnavailableError):
+                await self.rollouts.fail(delivery.entry_id, reason)
 
     async def _heartbeat(self, entry_id: str) -> None:
         while True:

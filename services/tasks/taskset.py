@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,6 +45,10 @@ from etude.tasks.store import TaskNotFoundError
 from etude.tasks.task import Task, read_jsonl
 
 log = logging.getLogger(__name__)
+
+TASK_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+"""A task id names a directory (its repository, built under the task cache) and a Redis hash
+field: no separator, no leading dot or dash (SWE-bench's `owner__repo-123` fits)."""
 
 
 class TaskSetError(ValueError):
@@ -125,6 +130,10 @@ def _from_records(rows: Iterable[dict[str, Any]], path: Path) -> list[Task]:
     return tasks
 
 
+def _good_id(task_id: object) -> bool:
+    return isinstance(task_id, str) and TASK_ID_PATTERN.fullmatch(task_id) is not None
+
+
 def highest_tier(config: TasksConfig) -> int:
     """The most hints any episode of the run is shown: the curriculum only takes hints away."""
     return max((config.hint_tier, *(config.eval_tiers or ())))
@@ -133,6 +142,9 @@ def highest_tier(config: TasksConfig) -> int:
 def select_tasks(tasks: list[Task], config: TasksConfig) -> tuple[list[Task], list[Task]]:
     """(train, held-out) of `tasks`: a task's split comes from its metadata (tasks without
     one train). ValueError when no training task is left."""
+    bad = next((t.id for t in tasks if not _good_id(t.id)), None)
+    if bad is not None:
+        raise TaskSetError(f"task id {bad!r} must match {TASK_ID_PATTERN.pattern}")
     duplicates = len(tasks) - len({t.id for t in tasks})
     if duplicates:
         raise TaskSetError(f"task set {config.taskset!r}: {duplicates} task ids repeat")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -25,13 +26,15 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from etude.common.run_config import RunConfig, RunConfigError, parse_run_config
-from etude.common.runs import RunNotFoundError, RunRecord, RunRegistry
+from etude.common.runs import RunFailedError, RunNotFoundError, RunRecord, RunRegistry
 from etude.common.settings import EtudeSettings
 from etude.common.signals import StopRequested
 from etude.model.pretrained import resolve_init
 from etude.trainer.host import TrainerHost
 from etude.trainer.placement import inference_engines, init_ray, rollout_actors, trainer_actor
 from etude.trainer.types import Endpoints, Placement
+
+log = logging.getLogger(__name__)
 
 
 class RunView(Protocol):
@@ -124,11 +127,44 @@ class Driver:
     async def main(self, *, resume: bool, sft_only: bool = False, out: Path | None = None) -> int:
         client = aioredis.Redis.from_url(self.endpoints.redis_url)
         registry = RunRegistry(client)
+        try:
+            return await self._main(registry, resume=resume, sft_only=sft_only, out=out)
+        finally:
+            await client.aclose()
+
+    async def _main(
+        self, registry: RunRegistry, *, resume: bool, sft_only: bool, out: Path | None
+    ) -> int:
         self.run_id = (await self._record(registry)).run_id
         if resume:
             await registry.reopen(self.run_id)
         output_dir = self.run.output_dir / self.run_id
-        await registry.update(self.run_id, status="running", output_dir=str(output_dir))
+        await registry.heartbeat(self.run_id)
+        try:
+            await registry.update(self.run_id, status="running", output_dir=str(output_dir))
+        except ValueError as error:  # stopped while queued, before this driver took it
+            log.warning("not starting: %s", error)
+            return 0
+        # While this process lives the run is alive; the gateway's reaper ends a run whose
+        # heartbeat stops (this process killed), so it never stays `running` for nobody.
+        beating = asyncio.create_task(self._heartbeat(registry))
+        try:
+            return await self._phases(registry, output_dir, resume, sft_only, out)
+        finally:
+            beating.cancel()
+
+    async def _heartbeat(self, registry: RunRegistry) -> None:
+        while True:
+            try:
+                await registry.heartbeat(self.run_id)
+            except RedisError as error:  # Redis back soon, or the reaper will say so
+                log.warning("heartbeat not written: %s", error)
+            await asyncio.sleep(self.settings.runs.heartbeat_seconds)
+
+    async def _phases(
+        self, registry: RunRegistry, output_dir: Path, resume: bool, sft_only: bool,
+        out: Path | None,
+    ) -> int:  # fmt: skip
         if self.ray:
             init_ray(self.placement)
         await self._start_engines()
@@ -156,10 +192,11 @@ class Driver:
             await self._start_workers()
             steps = await self._with_progress(call("rl"), registry)
             await self._stop_workers()
-            with self.view.phase("Held-out pass@1 after RL…"):
-                summary["eval_after"] = await call("evaluate", "after")
-            summary["steps"] = steps
             stopped = (await registry.get(self.run_id)).stop_requested
+            if not stopped:  # a stopped run ends now, not after another evaluation
+                with self.view.phase("Held-out pass@1 after RL…"):
+                    summary["eval_after"] = await call("evaluate", "after")
+            summary["steps"] = steps
             summary.update(await call("finish", summary))
             await registry.update(self.run_id, status="stopped" if stopped else "finished")
             self.view.summary(self.run_id, summary, output_dir)
@@ -167,6 +204,8 @@ class Driver:
         except StopRequested:
             await registry.update(self.run_id, status="stopped", error="interrupted")
             raise
+        except RunFailedError:
+            raise  # failed where it was found out, with that reason: leave it as it is
         except Exception as error:
             await registry.update(
                 self.run_id, status="failed", error=f"{type(error).__name__}: {error}"
@@ -176,7 +215,6 @@ class Driver:
             await self._stop_workers()
             for engine in self.engines:
                 await engine.stop.remote()
-            await client.aclose()
             if self.ray:
                 import ray
 

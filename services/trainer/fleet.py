@@ -38,6 +38,7 @@ from etude.sim.scenario import Scenario
 from etude.sim.tokenizer import WordTokenizer
 from etude.tasks.materialize import BUNDLED_TASK_FILES
 from etude.tasks.store import TaskStore
+from etude.tasks.task import Task
 from etude.trainer.publish import WeightPublisher
 from etude.trainer.rl_loop import RLLoop, StepDone
 from etude.trainer.simulated import SimulatedTrainer
@@ -169,9 +170,13 @@ class SimulatedFleet:
         orchestrator = Orchestrator.for_run(client, self.run_id, cycle, config, queue)
         orchestrator.poll_ms = 50
         await orchestrator.start()
+
+        async def task_of(run_id: str, task_id: str) -> Task:  # the bundled sets, in memory
+            return tasks.get(task_id)
+
         parts = WorkerParts(
             router, environment, SimScorer(scenario, clock), WordTokenizer(),
-            lambda task: Path("/simulated"), tasks,
+            lambda task: Path("/simulated"), task_of,
         )  # fmt: skip
         worker = assemble_worker(
             parts, client, self.run_id, "worker", config, queue,

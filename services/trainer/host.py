@@ -50,7 +50,9 @@ class TrainerHost:
 
     async def rl(self) -> int:
         registry, run_id = self.run.registry, self.run.run_id
-        return await self.run.rl(lambda: registry.stop_requested(run_id))
+        # A stop request ends the loop; a run failed elsewhere (a worker that could not find
+        # or build a task) raises RunFailedError out of it.
+        return await self.run.rl(lambda: registry.should_stop(run_id))
 
     async def save_policy(self, directory: str) -> str:
         from etude.model.checkpoint import save_checkpoint

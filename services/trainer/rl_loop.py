@@ -50,6 +50,7 @@ class RLLoop:
         self.orchestrator = orchestrator
         self.train = train
         self.publish = publish
+        self.stop_check_seconds = 1.0
 
     async def run(
         self,
@@ -62,12 +63,26 @@ class RLLoop:
         on_step: Callable[[StepDone], Awaitable[None]],
     ) -> int:
         """Steps from `step` (the trainer at `version`) until `steps` or a stop request;
-        returns the last step. `on_trained` sees each batch before its weights go out."""
+        returns the last step. `on_trained` sees each batch before its weights go out.
+        `stop_requested` is asked before each step and about once a second while the loop
+        waits for rollouts, so a stop does not wait for workers that may be gone (an
+        exception it raises, a run failed elsewhere, ends the loop)."""
         orchestrator = self.orchestrator
         started = time.perf_counter()
         await orchestrator.schedule(version)
+        asked = time.monotonic()
+
+        async def give_up() -> bool:
+            nonlocal asked
+            if time.monotonic() - asked < self.stop_check_seconds:
+                return False
+            asked = time.monotonic()
+            return await stop_requested()
+
         while step < steps and not await stop_requested():
-            waited = await orchestrator.next_batch(version)
+            waited = await orchestrator.next_batch(version, give_up)
+            if waited is None:
+                break
             more = step + 1 < steps  # the last step leaves no rollouts behind
             groups = [g.trajectories for g in waited.batch.groups]
             trained = asyncio.Event()  # meanwhile (unless sync) the next step's rollouts run

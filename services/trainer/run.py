@@ -34,9 +34,15 @@ from etude.model.model import Transformer
 from etude.model.pretrained import policy_tokenizer, resolve_init
 from etude.reward.client import GrpcReward
 from etude.rollout.client import Curriculum, InProcessEpisodes, Orchestrator, TaskCycle
-from etude.rollout.types import Evaluation, WaitedBatch, behaviour_summary
+from etude.rollout.types import (
+    DROP_REASONS,
+    Demonstrations,
+    Evaluation,
+    WaitedBatch,
+    behaviour_summary,
+)
 from etude.tasks.draw import split_by_project
-from etude.tasks.taskset import load_taskset, training_tiers
+from etude.tasks.taskset import RunTasks, training_tiers
 from etude.trainer import checkpoint, metrics, sft_cache
 from etude.trainer.publish import WeightPublisher
 from etude.trainer.report import Reporter
@@ -48,6 +54,15 @@ from etude.trainer.types import Endpoints
 log = logging.getLogger(__name__)
 
 BatchHook = Callable[[int, list[list[Trajectory]], StepStats], None]
+
+
+def _drops(demos: Demonstrations) -> str:
+    """Why demonstrations were dropped, summed over tiers: `unscriptable 4, failed 2`."""
+    totals: dict[str, int] = {}
+    for counts in demos.counts.values():
+        for name in DROP_REASONS:
+            totals[name] = totals.get(name, 0) + getattr(counts, name)
+    return ", ".join(f"{name} {n}" for name, n in totals.items() if n) or "nothing written"
 
 
 class TrainingRun:
@@ -72,7 +87,14 @@ class TrainingRun:
         config, settings = self.config, self.settings
         self.policy_source = resolve_init(config.policy.init, settings.stack.models_dir)
         self.tokenizer = policy_tokenizer(config.policy.init, settings.stack.models_dir)
-        self.train_tasks, self.eval_tasks = load_taskset(config.tasks)
+        enter = self.resources.push_async_callback
+        self.redis = queue_client(self.endpoints.redis_url)
+        enter(self.redis.aclose)
+        self.registry = RunRegistry(self.redis)
+        # The run's tasks as registered with it (by the gateway, or now from the config's
+        # task set): what the workers and the reward service look tasks up in.
+        taskset = await RunTasks(self.redis).ensure(self.run_id, config.tasks)
+        self.train_tasks, self.eval_tasks = taskset.train, taskset.held_out
         self.demonstrated_tasks, self.rl_tasks = self.train_tasks, self.train_tasks
         if config.sft.split_projects:
             self.demonstrated_tasks, self.rl_tasks = split_by_project(
@@ -91,12 +113,8 @@ class TrainingRun:
             self.resumed = True
             log.info("resumed from %s (step %d)", latest, self.state.step)
 
-        enter = self.resources.push_async_callback
-        self.redis = queue_client(self.endpoints.redis_url)
-        enter(self.redis.aclose)
-        self.registry = RunRegistry(self.redis)
         environment = GrpcEnvironment(self.endpoints.environment, settings.client)
-        reward = GrpcReward(self.endpoints.reward, settings.client)
+        reward = GrpcReward(self.endpoints.reward, settings.client, run_id=self.run_id)
         self.inference = [GrpcInference(a, settings.client) for a in self.endpoints.inference]
         self.publisher = WeightPublisher(self.inference)
         for client in (environment, reward):
@@ -190,7 +208,7 @@ class TrainingRun:
                 summary = sft_cache.cached_summary(cached)
                 return {**summary, "sft_cached": str(cached), "sft_from_cache": True}
         summary = await self._sft(on_progress)
-        if sft.cache_dir is not None:
+        if sft.cache_dir is not None and "sft_skipped" not in summary:
             path = await asyncio.to_thread(
                 sft_cache.store_policy, sft.cache_dir, key,
                 lambda d: save_checkpoint(self.model, d, self.tokenizer), summary,
@@ -206,6 +224,14 @@ class TrainingRun:
         demos = await self.episodes.demonstrations(
             tasks, tiers=tiers, variants=sft.variants, run_id=f"{self.run_id}-sft"
         )
+        if not demos:
+            # Not an error: a task set of the user's own repositories may have no task the
+            # scripted solvers can demonstrate (no gold patch, a repository they cannot
+            # script; the logged lines above say which); RL starts from the initial policy.
+            reason = f"none of {len(tasks)} tasks could be demonstrated ({_drops(demos)})"
+            log.warning("SFT skipped: %s", reason)
+            on_progress(f"SFT skipped: {reason}")
+            return {**demos.summary(), "sft_skipped": reason}
         on_progress(f"SFT on {len(demos)} demonstrations")
 
         def log_step(step) -> None:

@@ -1,4 +1,5 @@
-"""The gateway's HTTP API in-process (FastAPI's TestClient) over a real Redis."""
+"""The gateway's HTTP API in-process (FastAPI's TestClient) over a real Redis: runs with
+their task sets, stops, and the reaper that ends runs nothing is left to end."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import json
 import math
 import sys
+import time
 
 import pytest
 import redis.asyncio as aioredis
@@ -22,9 +24,11 @@ from etude.gateway.config import GatewayConfig, GatewaySettings
 from etude.gateway.launcher import LocalLauncher, RecordOnlyLauncher
 from etude.tasks.materialize import BUNDLED_TASKSETS, HELD_OUT_PROJECTS
 from etude.tasks.task import read_jsonl
+from etude.tasks.taskset import RunTasks
 
 # The operator's token, as `etude runs` presents it (the root conftest made the set).
 OPERATOR = bearer_header(get_settings().auth, "operator")
+BUNDLED = list(read_jsonl(BUNDLED_TASKSETS["etude-mini"]))
 
 
 @pytest.fixture
@@ -186,3 +190,81 @@ def test_a_launch_that_fails_marks_the_run_failed(redis_url, tmp_path):
         assert reply.status_code == 500 and "could not launch" in reply.json()["detail"]
         run = client.get("/runs/doomed").json()
     assert run["status"] == "failed" and "no-such-program" in run["error"]
+
+
+def test_a_run_s_task_set_is_registered_with_it_uploaded_or_named(client, redis_url):
+    """`etude runs start` sends the records of a file on the caller's machine; a bundled set
+    is read by the gateway. Either way the run's tasks are in Redis before it is launched."""
+    mine = [{**t.to_swe(), "instance_id": f"mine-{t.id}"} for t in BUNDLED[:3]]
+    reply = client.post("/runs", json={
+        "config": {"tasks": {"taskset": "/home/me/my.jsonl", "eval_limit": 0}},
+        "run_id": "uploaded", "tasks": mine,
+    })  # fmt: skip
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["config"]["tasks"]["taskset"] == "/home/me/my.jsonl"  # a label only
+    named = client.post("/runs", json={"config": {"tasks": {"train_limit": 2, "eval_limit": 1}},
+                                       "run_id": "named"})  # fmt: skip
+    assert named.status_code == 201, named.text
+
+    async def registered(run_id: str):
+        redis = aioredis.Redis.from_url(redis_url)
+        try:
+            return await RunTasks(redis).selection(run_id)
+        finally:
+            await redis.aclose()
+
+    uploaded = asyncio.run(registered("uploaded"))
+    trained = {t["instance_id"] for t in mine if t["metadata"]["split"] == "train"}
+    assert {t.id for t in uploaded.train} == trained and uploaded.source == "/home/me/my.jsonl"
+    bundled = asyncio.run(registered("named"))
+    assert (len(bundled.train), len(bundled.held_out), bundled.source) == (2, 1, "etude-mini")
+
+
+def test_a_task_set_that_cannot_be_used_is_refused_and_no_run_recorded(client):
+    for body, problem in (
+        ({"config": {"tasks": {"taskset": "missing.jsonl"}}}, "no task set 'missing.jsonl'"),
+        ({"tasks": [{"repo": "x"}]}, "tasks[0]: task record lacks"),
+        ({"tasks": []}, "has no training tasks"),
+    ):
+        reply = client.post("/runs", json={**body, "run_id": "refused"})
+        assert reply.status_code == 422, reply.text
+        assert problem in reply.json()["detail"]
+    assert client.get("/runs/refused").status_code == 404
+
+
+def test_the_reaper_ends_a_run_whose_driver_is_gone(redis_url):
+    app = create_app(redis_url, RecordOnlyLauncher(), driver_timeout_seconds=0.5,
+                     reap_interval_seconds=0.2)  # fmt: skip
+    with TestClient(app, headers=OPERATOR) as client:
+        for run_id in ("silent", "shown"):
+            assert client.post("/runs", json={"run_id": run_id}).status_code == 201
+            report(redis_url, run_id, status="running")  # and no heartbeat after that
+        client.post("/runs/silent/stop")
+        deadline = time.monotonic() + 10
+        while client.get("/runs/silent").json()["status"] != "stopped":
+            assert time.monotonic() < deadline, client.get("/runs/silent").json()
+            time.sleep(0.1)
+        # The reaper's reason is what `etude runs show` prints.
+        assert "no heartbeat from the run's driver" in client.get("/runs/silent").json()["error"]
+        shown = client.get("/runs/shown").json()
+        assert shown["status"] == "failed" and "no heartbeat" in shown["error"]
+
+
+def test_a_queued_run_stops_at_once_and_a_launched_process_that_exits_ends_its_run(
+    redis_url, tmp_path
+):
+    # `exit 3` stands in for an `etude train` that dies before it records anything.
+    launcher = LocalLauncher(tmp_path, argv_prefix=(sys.executable, "-c", "exit(3)"))
+    app = create_app(redis_url, launcher, reap_interval_seconds=0.2)
+    with TestClient(app, headers=OPERATOR) as client:
+        assert client.post("/runs", json={"run_id": "crashes"}).status_code == 201
+        deadline = time.monotonic() + 20
+        while (run := client.get("/runs/crashes").json())["status"] == "queued":
+            assert time.monotonic() < deadline, run
+            time.sleep(0.1)
+        assert run["status"] == "failed" and "exited with code 3" in run["error"]
+        assert str(tmp_path / "gateway" / "crashes.log") in run["error"]
+    with TestClient(create_app(redis_url, RecordOnlyLauncher()), headers=OPERATOR) as client:
+        client.post("/runs", json={"run_id": "waiting"})
+        stopped = client.post("/runs/waiting/stop")
+        assert stopped.status_code == 202 and stopped.json()["status"] == "stopped"

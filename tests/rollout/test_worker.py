@@ -19,7 +19,7 @@ async def test_a_cancelled_worker_stops_every_time(redis_url):
             worker = RolloutWorker(
                 rollouts=rollout_queue(client, "cancel", "w", settings),
                 trajectories=trajectory_queue(client, "cancel", "w", settings),
-                runner=None, tasks=None, sampler_for=None, policy_version=None,
+                runner=None, tasks=None, fail_run=None, sampler_for=None, policy_version=None,
                 poll_ms=20,
             )  # fmt: skip
             running = asyncio.create_task(worker.run(asyncio.Event()))

@@ -20,7 +20,7 @@ from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import HELD_OUT_PROJECTS, TASKS_FILE
 from etude.tasks.store import TaskNotFoundError
 from etude.tasks.task import read_jsonl
-from etude.tasks.taskset import RunTasks, TaskSetError, load_taskset, read_tasks
+from etude.tasks.taskset import RunTasks, TaskSetError, load_taskset, read_tasks, select_tasks
 
 ALL = list(read_jsonl(TASKS_FILE))
 TRAIN_PROJECTS = {project_of(t) for t in ALL} - HELD_OUT_PROJECTS
@@ -77,7 +77,7 @@ def test_tasks_without_hints_are_skipped_at_the_run_s_highest_tier_and_logged(tm
 
 
 def test_a_missing_or_broken_task_set_gets_a_clear_error(tmp_path):
-    with pytest.raises(TaskSetError, match="no task set 'nowhere.jsonl'.*etude-mini"):
+    with pytest.raises(TaskSetError, match=r"no task set 'nowhere.jsonl'.*etude-mini"):
         read_tasks("nowhere.jsonl")
     broken = tmp_path / "broken.jsonl"
     broken.write_text(json.dumps(ALL[0].to_swe()) + "\n" + json.dumps({"repo": "x"}) + "\n")
@@ -109,7 +109,7 @@ def test_parquet_and_dataset_directories_are_read_or_the_missing_package_is_name
         import datasets
     except ImportError:
         dataset_dir.mkdir()
-        with pytest.raises(TaskSetError, match="needs the\\s+`datasets` package"):
+        with pytest.raises(TaskSetError, match=r"needs the\s+`datasets` package"):
             read_tasks(str(dataset_dir))
     else:
         datasets.Dataset.from_list(records).save_to_disk(str(dataset_dir))
@@ -153,3 +153,10 @@ async def test_a_task_the_run_does_not_have_is_not_found_naming_the_run(run_task
     with pytest.raises(TaskNotFoundError):
         await run_tasks.get("other", taskset.train[0].id)
     assert await run_tasks.get("r", taskset.train[0].id) == taskset.train[0]
+
+
+@pytest.mark.parametrize("task_id", ["../../etc", ".hidden", "a/b", "", 7])
+def test_a_task_id_that_cannot_name_a_directory_is_refused(task_id):
+    task = dataclasses.replace(ALL[0], id=task_id)
+    with pytest.raises(TaskSetError, match="must match"):
+        select_tasks([task], TasksConfig())

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from etude.api.v1 import common_pb2 as etude_dot_api_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65tude/api/v1/reward.proto\x12\x0c\x65tude.api.v1\x1a\x19\x65tude/api/v1/common.proto\"q\n\x0cScoreRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12%\n\x07task_id\x18\x02 \x01(\x0b\x32\x14.etude.api.v1.TaskId\x12\r\n\x05patch\x18\x03 \x01(\t\".\n\x0bTestOutcome\x12\x0f\n\x07test_id\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\"\x95\x02\n\rScoreResponse\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12?\n\ncomponents\x18\x02 \x03(\x0b\x32+.etude.api.v1.ScoreResponse.ComponentsEntry\x12/\n\x0c\x66\x61il_to_pass\x18\x03 \x03(\x0b\x32\x19.etude.api.v1.TestOutcome\x12/\n\x0cpass_to_pass\x18\x04 \x03(\x0b\x32\x19.etude.api.v1.TestOutcome\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32Q\n\rRewardService\x12@\n\x05Score\x12\x1a.etude.api.v1.ScoreRequest\x1a\x1b.etude.api.v1.ScoreResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65tude/api/v1/reward.proto\x12\x0c\x65tude.api.v1\x1a\x19\x65tude/api/v1/common.proto\"\x81\x01\n\x0cScoreRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12%\n\x07task_id\x18\x02 \x01(\x0b\x32\x14.etude.api.v1.TaskId\x12\r\n\x05patch\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\".\n\x0bTestOutcome\x12\x0f\n\x07test_id\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\"\x95\x02\n\rScoreResponse\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12?\n\ncomponents\x18\x02 \x03(\x0b\x32+.etude.api.v1.ScoreResponse.ComponentsEntry\x12/\n\x0c\x66\x61il_to_pass\x18\x03 \x03(\x0b\x32\x19.etude.api.v1.TestOutcome\x12/\n\x0cpass_to_pass\x18\x04 \x03(\x0b\x32\x19.etude.api.v1.TestOutcome\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32Q\n\rRewardService\x12@\n\x05Score\x12\x1a.etude.api.v1.ScoreRequest\x1a\x1b.etude.api.v1.ScoreResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,14 +34,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SCORERESPONSE_COMPONENTSENTRY']._loaded_options = None
   _globals['_SCORERESPONSE_COMPONENTSENTRY']._serialized_options = b'8\001'
-  _globals['_SCOREREQUEST']._serialized_start=70
-  _globals['_SCOREREQUEST']._serialized_end=183
-  _globals['_TESTOUTCOME']._serialized_start=185
-  _globals['_TESTOUTCOME']._serialized_end=231
-  _globals['_SCORERESPONSE']._serialized_start=234
-  _globals['_SCORERESPONSE']._serialized_end=511
-  _globals['_SCORERESPONSE_COMPONENTSENTRY']._serialized_start=462
-  _globals['_SCORERESPONSE_COMPONENTSENTRY']._serialized_end=511
-  _globals['_REWARDSERVICE']._serialized_start=513
-  _globals['_REWARDSERVICE']._serialized_end=594
+  _globals['_SCOREREQUEST']._serialized_start=71
+  _globals['_SCOREREQUEST']._serialized_end=200
+  _globals['_TESTOUTCOME']._serialized_start=202
+  _globals['_TESTOUTCOME']._serialized_end=248
+  _globals['_SCORERESPONSE']._serialized_start=251
+  _globals['_SCORERESPONSE']._serialized_end=528
+  _globals['_SCORERESPONSE_COMPONENTSENTRY']._serialized_start=479
+  _globals['_SCORERESPONSE_COMPONENTSENTRY']._serialized_end=528
+  _globals['_REWARDSERVICE']._serialized_start=530
+  _globals['_REWARDSERVICE']._serialized_end=611
 # @@protoc_insertion_point(module_scope)

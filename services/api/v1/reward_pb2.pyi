@@ -8,14 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("session_id", "task_id", "patch")
+    __slots__ = ("session_id", "task_id", "patch", "run_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     PATCH_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: _common_pb2.SessionId
     task_id: _common_pb2.TaskId
     patch: str
-    def __init__(self, session_id: _Optional[_Union[_common_pb2.SessionId, _Mapping]] = ..., task_id: _Optional[_Union[_common_pb2.TaskId, _Mapping]] = ..., patch: _Optional[str] = ...) -> None: ...
+    run_id: str
+    def __init__(self, session_id: _Optional[_Union[_common_pb2.SessionId, _Mapping]] = ..., task_id: _Optional[_Union[_common_pb2.TaskId, _Mapping]] = ..., patch: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class TestOutcome(_message.Message):
     __slots__ = ("test_id", "passed")

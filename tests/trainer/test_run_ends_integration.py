@@ -1,0 +1,226 @@
+"""How a run knows its tasks and how it ends, through real services: the package's local
+stack (redis-server, inference, environment, reward), rollout workers as processes, the
+run driver in this process or as an `etude train` process.
+
+* a task set from a JSONL file (copies of bundled tasks under new ids) is registered with
+  the run, and every part finds its tasks there: the run trains, SFT skipped for want of
+  anything to demonstrate;
+* a rollout whose task the run does not have, or whose repository cannot be built, fails the
+  run at once with the reason, and its entry is not retried into the dead-letter stream;
+* a run whose `etude train` process is killed reaches `stopped` when stopped, through the
+  gateway's reaper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+import yaml
+from fastapi.testclient import TestClient
+
+from etude.common.auth import bearer_header
+from etude.common.run_config import parse_run_config
+from etude.common.runs import RunFailedError, RunRecord, RunRegistry
+from etude.common.settings import get_settings
+from etude.gateway.app import create_app
+from etude.gateway.launcher import RecordOnlyLauncher
+from etude.rollout.client import TaskCycle
+from etude.rollout.streams import rollout_stream
+from etude.tasks.materialize import TASKS_FILE
+from etude.tasks.task import read_jsonl, write_jsonl
+from etude.trainer.driver import Driver
+from etude.trainer.run import TrainingRun
+from tests.trainer.conftest import endpoints, register, worker_spec
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Short episodes: the run's plumbing is under test, not the policy.
+RUN = {
+    "name": "ends",
+    "tasks": {"train_limit": 2, "eval_limit": 0},
+    "sft": {"enabled": False},
+    "rollout": {"group_size": 2, "groups_per_step": 1, "over_provision": 0, "max_staleness": 0,
+                "max_turns": 2, "max_new_tokens": 32, "max_episode_tokens": 1800,
+                "concurrency": 4},
+    "trainer": {"steps": 2, "lr": 1e-4, "micro_batch": 2},
+}  # fmt: skip
+
+
+def copies(path: Path, **changes: Any) -> Path:
+    """Two training tasks and one held-out task of etude-mini under ids of their own, as a
+    user's JSONL file would bring them."""
+    bundled = list(read_jsonl(TASKS_FILE))
+    train = [t for t in bundled if t.split == "train"][:2]
+    held_out = [t for t in bundled if t.split != "train"][:1]
+    mine = [
+        dataclasses.replace(t, id=f"mine-{i}", **changes) for i, t in enumerate([*train, *held_out])
+    ]
+    write_jsonl(path, mine)
+    return path
+
+
+class Quiet:
+    """The driver's RunView, keeping what it is shown."""
+
+    def __init__(self) -> None:
+        self.shown: dict[str, Any] = {}
+
+    def phase(self, text: str) -> contextlib.AbstractContextManager[object]:
+        return contextlib.nullcontext()
+
+    def engines(self, addresses) -> None: ...
+
+    def policy_saved(self, path: str) -> None: ...
+
+    @contextlib.contextmanager
+    def rl(self, steps: int) -> Iterator[Callable[[RunRecord], None]]:
+        yield lambda record: None
+
+    def summary(self, run_id: str, summary: dict[str, Any], output_dir: Path) -> None:
+        self.shown = summary
+
+
+async def record_of(redis_url: str, run_id: str) -> RunRecord:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        return await RunRegistry(client).get(run_id)
+    finally:
+        await client.aclose()
+
+
+async def test_a_run_on_a_jsonl_task_set_of_its_own_trains(stack, tmp_path):
+    """Tasks the bundled sets do not have, by id: the workers, the reward service and the
+    trainer's own episodes find them in the run's registered set. None has a gold patch, so
+    there is nothing to demonstrate: SFT is skipped with the reason, RL trains 2 steps."""
+    path = copies(tmp_path / "my.jsonl", gold_patch="")
+    config = parse_run_config({
+        **RUN, "output_dir": str(tmp_path / "out"),
+        "tasks": {"taskset": str(path), "eval_limit": 1},
+        "sft": {"steps": 1, "batch_size": 1},
+    })  # fmt: skip
+    view = Quiet()
+    driver = Driver(config, None, stack.settings, endpoints(stack), view, stack=stack)
+    assert await asyncio.wait_for(driver.main(resume=False), timeout=240) == 0
+    record = await record_of(endpoints(stack).redis_url, driver.run_id)
+    assert (record.status, record.step, record.error) == ("finished", 2, "")
+    assert record.heartbeat_ms > 0
+    shown = view.shown
+    assert "none of 2 tasks could be demonstrated (unscriptable 2)" in shown["sft_skipped"]
+    assert shown["steps"] == 2
+    assert shown["eval_before"]["episodes"] == shown["eval_after"]["episodes"] == 1
+    trained = [json.loads(line) for line in (Path(record.output_dir) / "metrics.jsonl").open()]
+    assert [r["step"] for r in trained if r["phase"] == "rl"] == [1, 2]
+
+
+async def test_a_rollout_of_a_task_the_run_does_not_have_fails_the_run_at_once(stack, tmp_path):
+    config = parse_run_config({**RUN, "output_dir": str(tmp_path)})
+    where = endpoints(stack)
+    run_id = await register(where.redis_url, config)
+    run = TrainingRun(run_id, config, where, stack.settings)
+    await run.setup()
+    # The orchestrator asks for a task that is not in the run's registered set.
+    ghost = dataclasses.replace(run.rl_tasks[0], id="ghost-task")
+    run.orchestrator.tasks = TaskCycle([ghost], seed=0)
+    stack.add_service(worker_spec("rollout-ghost", run_id))
+    started = time.monotonic()
+    try:
+        with pytest.raises(RunFailedError, match="has no task 'ghost-task'"):
+            await asyncio.wait_for(run.rl(lambda: run.registry.should_stop(run_id)), 60)
+        took = time.monotonic() - started
+        stack.stop_service("rollout-ghost")  # it finishes what it took
+        stream = rollout_stream(run_id)
+        # Both entries of the group were processed once: acknowledged, never dead-lettered.
+        assert (await run.redis.xpending(stream, "rollout"))["pending"] == 0
+        assert await run.redis.xlen(f"{stream}:dead") == 0
+    finally:
+        stack.stop_service("rollout-ghost")
+        await run.close()
+    assert took < 20, f"the run took {took:.0f} s to fail"
+    record = await record_of(where.redis_url, run_id)
+    assert record.status == "failed"
+    assert "TaskNotFoundError" in record.error and "ghost-task" in record.error
+
+
+async def test_a_task_whose_repository_cannot_be_built_fails_the_run_with_the_reason(
+    stack, tmp_path
+):
+    path = copies(tmp_path / "broken.jsonl", repo="etude-mini/no-such-project")
+    config = parse_run_config(
+        {
+            **RUN,
+            "output_dir": str(tmp_path / "out"),
+            "tasks": {"taskset": str(path), "eval_limit": 0},
+        }
+    )
+    driver = Driver(config, None, stack.settings, endpoints(stack), Quiet(), stack=stack)
+    with pytest.raises(RunFailedError, match="its repository cannot be built"):
+        await asyncio.wait_for(driver.main(resume=False), timeout=120)
+    record = await record_of(endpoints(stack).redis_url, driver.run_id)
+    assert record.status == "failed"
+    assert "TaskUnusableError" in record.error and "no-such-project" in record.error
+
+
+def test_stop_reaches_stopped_after_the_trainer_process_is_killed(stack, tmp_path):
+    run_id = "killed-trainer"
+    config = tmp_path / "run.yaml"
+    long_run = {**RUN, "trainer": {**RUN["trainer"], "steps": 500}}
+    config.write_text(yaml.safe_dump({**long_run, "output_dir": str(tmp_path / "out")}))
+    env = {**os.environ, "ETUDE_RUNS__HEARTBEAT_SECONDS": "0.5"}
+    argv = [sys.executable, "-m", "etude.cli", "train", str(config), "--run-id", run_id,
+            "--run-dir", str(stack.run_dir)]  # fmt: skip
+    with open(tmp_path / "train.log", "wb") as log:
+        trainer = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    app = create_app(endpoints(stack).redis_url, RecordOnlyLauncher(),
+                     driver_timeout_seconds=3, reap_interval_seconds=0.5)  # fmt: skip
+    operator = bearer_header(get_settings().auth, "operator")
+    try:
+        with TestClient(app, headers=operator) as gateway:
+
+            def show() -> dict:
+                return gateway.get(f"/runs/{run_id}").json()
+
+            deadline = time.monotonic() + 90
+            # Killed in its RL loop: rollouts queued, a worker taking them.
+            while not (show().get("status") == "running" and _rollouts_queued(stack, run_id)):
+                assert trainer.poll() is None, (tmp_path / "train.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, show()
+                time.sleep(0.3)
+            os.killpg(trainer.pid, signal.SIGKILL)  # the trainer, and its workers with it
+            trainer.wait(timeout=10)
+            stop = gateway.post(f"/runs/{run_id}/stop")
+            assert stop.status_code == 202 and stop.json()["status"] == "stopping"
+            deadline = time.monotonic() + 15
+            while (record := show())["status"] == "stopping":
+                assert time.monotonic() < deadline, record
+                time.sleep(0.2)
+            assert record["status"] == "stopped", record
+            assert "no heartbeat from the run's driver" in record["error"]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(trainer.pid, signal.SIGKILL)
+
+
+def _rollouts_queued(stack, run_id: str) -> bool:
+    async def length() -> int:
+        client = aioredis.Redis.from_url(endpoints(stack).redis_url)
+        try:
+            return await client.xlen(rollout_stream(run_id))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(length()) > 0
