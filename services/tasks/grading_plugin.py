@@ -57,8 +57,10 @@ class _Channel:
 
 def _message(report):
     crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr or "")
-    return text.strip()[:500]
+    text = (crash.message if crash is not None else str(report.longrepr or "")).strip()
+    # A module that fails to import says why on its last line (`E   ModuleNotFoundError:
+    # …`), after a traceback of any length: keep the start and that end.
+    return text if len(text) <= 500 else f"{text[:200]}\n…\n{text[-300:]}"
 
 
 class Reporter:

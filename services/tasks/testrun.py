@@ -84,7 +84,7 @@ class TestRun:
         if self.timed_out or self.problem or self.exit_code is None:
             return ""
         collection = "; ".join(
-            f"{where or 'collection'}: {_first_line(message)}"
+            f"{where or 'collection'}: {error_line(message)}"
             for where, message in list(self.collection_errors.items())[:3]
         )
         if self.exit_code in SUITE_NOT_RUN:
@@ -202,10 +202,12 @@ def _absolute_pythonpath(setting: str, workspace: str) -> str:
     return "pythonpath=" + shlex.join(str(Path(workspace, p)) for p in shlex.split(value))
 
 
-def _first_line(message: str) -> str:
-    lines = [line for line in message.strip().splitlines() if line.strip()]
-    # pytest's collection message ends with the exception; its first line is the path.
-    return (lines[-1] if lines else "")[:300]
+def error_line(message: str) -> str:
+    """The line of a pytest message that says what went wrong: the exception (`E   …`)
+    that ends a collection error's traceback, else the first line."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    raised = [line.removeprefix("E").strip() for line in lines if line.startswith("E ")]
+    return (raised[-1] if raised else lines[0] if lines else "")[:300]
 
 
 def _pytest_errors(output: str) -> str:

@@ -1,5 +1,6 @@
-"""The synthesizer on a real (tiny) project, in real sandboxes: kept bugs are caught by
-their FAIL_TO_PASS tests and fixed by the inverse patch; rebuilding is deterministic."""
+"""The synthesizer on real (tiny) projects, in real sandboxes: kept bugs are caught by
+their FAIL_TO_PASS tests and fixed by the inverse patch; rebuilding is deterministic; each
+layout real projects use makes tasks that verify."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from etude.reward.verify import verify_all
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import build_buggy_repository
 from etude.tasks.repo import apply_patch, copy_files
+from etude.tasks.synth.sources import build_repository, opened
 from etude.tasks.synth.synthesize import SynthOptions, kept_mutants, load_project, to_task
 from etude.tasks.testrun import run_pytest
+from tests.tasks.layouts import COLORPARSE, TEXTBITS, UNITCONV, tar_sdist, write, zip_sdist
 
 pytestmark = pytest.mark.integration
 
@@ -68,3 +72,28 @@ def test_the_repository_has_one_commit_and_no_hidden_tests(tiny_project, bwrap, 
     log = subprocess.run(["git", "log", "--oneline"], cwd=repo, capture_output=True, text=True)
     assert len(log.stdout.splitlines()) == 1
     assert not (repo / "tests").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("textbits", lambda d: tar_sdist(d, "tb-1.2.0", TEXTBITS)),  # tests/, plugin addopts
+        ("colorparse", lambda d: write(d / "my-colours", COLORPARSE)),  # test/, a skipped test
+        ("unitconv", lambda d: zip_sdist(d, "unitconv-0.1", UNITCONV)),  # inside the package
+    ],
+)
+async def test_each_layout_makes_tasks_that_verify_from_their_source(tmp_path, bwrap, name, source):
+    path = source(tmp_path)
+    options = SynthOptions(seed=0, per_project=1, max_failing=4, workers=2)
+    with opened(path) as project:
+        [kept] = list(kept_mutants(project, options, bwrap))
+        draft = to_task(project, kept, options, "")
+        commit = build_buggy_repository(project, draft.metadata["bug_patch"], tmp_path / "build")
+        task = to_task(project, kept, options, commit)
+        assert task.repo == name and task.metadata["project"] == name  # the real project
+        assert task.id.startswith(f"{name}.") and task.metadata["origin"]
+        build_repository(task, project, tmp_path / "cache")
+    # The source is gone (an unpacked archive is removed); the grader finds the repository
+    # built from it, with the hidden tests coming from the record alone.
+    [verdict] = await verify_all([task], tmp_path / "cache", bwrap)
+    assert verdict.ok, verdict.problem

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from etude.sandbox.config import SandboxConfig
+from etude.tasks import testrun
 from etude.tasks.grading_config import UnsupportedTestCommand, command_args, read_options
 from etude.tasks.testrun import run_pytest
 from tests.tasks.conftest import SOURCE, write_tiny_project
@@ -84,3 +85,39 @@ def test_bytecode_planted_in_the_tree_is_never_run(tmp_path, bwrap):
     assert run.complete and run.problem == ""
     assert run.outcomes["tests/test_core.py::test_clamp_inside"] == "failed"
     assert Path(planted).exists()  # it was there to be read
+
+
+def test_a_suite_that_could_not_run_says_why():
+    """Pytest's exit codes for a suite that never ran its tests: not every test failing."""
+    usage = testrun.TestRun(exit_code=4, complete=True, output="ERROR: usage: pytest [options]\n"
+                    "ERROR: unrecognized arguments: --cov\n")  # fmt: skip
+    assert "unrecognized arguments: --cov" in usage.suite_error
+    assert "no tests collected" in testrun.TestRun(exit_code=5, complete=True).suite_error
+    failed = {"tests/test_a.py::test_a": "failed"}
+    ran = testrun.TestRun(outcomes=failed, exit_code=1, complete=True)
+    assert ran.suite_error == ""
+    assert testrun.TestRun(timed_out=True).suite_error == ""  # a timeout is reported as one
+
+
+@pytest.mark.integration
+def test_a_test_module_that_does_not_import_is_a_suite_error(tmp_path, bwrap):
+    tree = write_tiny_project(tmp_path / "tree")
+    (tree / "tests" / "test_extra.py").write_text("import not_an_installed_module\n")
+    run = run_pytest(tree, COMMAND, bwrap=bwrap, config=SandboxConfig(), timeout_s=60)
+    assert run.exit_code == 2 and run.outcomes == {}
+    assert run.suite_error.startswith("tests/test_extra.py: ModuleNotFoundError: No module named")
+
+
+@pytest.mark.integration
+def test_a_relative_pythonpath_in_the_command_is_the_trees(tmp_path, bwrap):
+    """A src layout runs uninstalled when the task's command puts `src` on the path
+    (pytest alone would read it relative to /dev/null, the configuration it is given)."""
+    tree = write_tiny_project(tmp_path / "tree")
+    (tree / "mathbits").rename(tree / "src")
+    (tree / "pyproject.toml").write_text("")
+    (tree / "src" / "mathbits").mkdir()
+    for name in ("__init__.py", "core.py"):
+        (tree / "src" / name).rename(tree / "src" / "mathbits" / name)
+    run = run_pytest(tree, f"{COMMAND} -o pythonpath=src", bwrap=bwrap, config=SandboxConfig(),
+                     timeout_s=60)  # fmt: skip
+    assert run.suite_error == "" and len(run.outcomes) == 8 and run.failing == []

@@ -30,7 +30,7 @@ from etude.tasks.repo import content_hash, copy_files, project_files, unified_di
 from etude.tasks.synth.mutations import Mutation, find_mutations
 from etude.tasks.synth.suite import Suite, discover
 from etude.tasks.task import DEFAULT_TEST_COMMAND, Task
-from etude.tasks.testrun import TestRun, run_pytest
+from etude.tasks.testrun import TestRun, error_line, run_pytest
 
 # Plugins installed beside pytest (hypothesis, asyncio, …) are not what these suites need,
 # and loading them more than doubles every run.
@@ -140,13 +140,14 @@ def run_baseline(
     if run.suite_error:
         raise SuiteError(f"{project.name}: the suite could not run: {run.suite_error}")
     hidden = set(project.test_files)
-    left_out = {f: f"not collected: {m}" for f, m in run.collection_errors.items()}
+    left_out = {f: f"not collected: {error_line(m)}" for f, m in run.collection_errors.items()}
     passing = set()
     for test, outcome in run.outcomes.items():
         if test.split("::")[0] not in hidden:
             left_out[test] = "not in a test module (a doctest, or outside the test folders)"
         elif outcome != "passed":
-            left_out[test] = outcome + (f": {m}" if (m := run.messages.get(test)) else "")
+            message = error_line(run.messages.get(test, ""))
+            left_out[test] = f"{outcome}: {message}" if message else outcome
         else:
             passing.add(test)
     if not passing:
