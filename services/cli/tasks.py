@@ -56,7 +56,9 @@ from etude.tasks.task import Task, read_jsonl, write_jsonl
 from etude.tasks.taskset import taskset_path
 
 app = typer.Typer(help="Coding tasks: synthesize them, build their repositories, list them.")
-console = Console(stderr=True)
+# soft_wrap: a message is one line however narrow the terminal (paths and test ids stay
+# whole, and a log file can be grepped).
+console = Console(stderr=True, soft_wrap=True)
 
 HELD_OUT = HELD_OUT_PROJECTS
 PathsOption = Annotated[
@@ -127,7 +129,7 @@ class _SynthProgress:
             self.bar.__exit__(*exc)
 
     def line(self, text: str) -> None:
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
+        console.print(text, markup=False, highlight=False)
 
     def project(self, project: Project, baseline: Baseline, total: int):
         """The callback `kept_mutants` reports each tried mutant to."""
