@@ -383,11 +383,13 @@ def hints(
     cache: Annotated[Path, typer.Option(help="Where repositories go.")] = Path(".etude/tasks"),
     checkouts: Annotated[Path | None, typer.Option(help="Checkouts for SWE-bench tasks.")] = None,
     workers: Annotated[int, typer.Option(help="Tasks run at once.")] = os.cpu_count() or 1,
+    path: PathsOption = [],  # noqa: B006
 ) -> None:
     """Compute each task's hints (the first failing test's traceback, the function to fix
     and its source) into metadata.hints, for training at hint tiers 1-3."""
     source = taskset_path(taskset)
-    selected = list(read_jsonl(source))
+    selected = _read_tasks(source)
+    _prepare(selected, path, cache)
     failed: list[HintResult] = []
     started = time.perf_counter()
     with Progress(*_bar_columns(), console=console) as progress:
