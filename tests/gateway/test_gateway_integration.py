@@ -4,12 +4,15 @@ that dies turns Redis-backed answers into 503, never 500."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import sys
 import urllib.error
 import urllib.request
 
 import pytest
+import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
 from etude.cli.runs import app as runs_app
@@ -17,6 +20,9 @@ from etude.cli.stack import LocalStack, ServiceSpec
 from etude.common.auth import bearer_header
 from etude.common.net import free_port
 from etude.common.settings import EtudeSettings, StackSettings, get_settings
+from etude.tasks.materialize import TASKS_FILE
+from etude.tasks.task import read_jsonl, write_jsonl
+from etude.tasks.taskset import RunTasks
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +36,14 @@ def call(method: str, url: str, body: dict | None = None) -> tuple[int, dict | l
             return reply.status, json.loads(reply.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+async def registered_ids(redis_url: str, run_id: str) -> list[str]:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        return sorted(t.id for t in (await RunTasks(client).selection(run_id)).train)
+    finally:
+        await client.aclose()
 
 
 @pytest.fixture
@@ -57,7 +71,8 @@ def test_runs_over_http_and_a_dead_redis_gives_503(stack):
     assert call("GET", f"{url}/runs/live-1")[1] == run
     assert call("GET", f"{url}/runs/missing") == (404, {"detail": "no run 'missing'"})
     status, stopped = call("POST", f"{url}/runs/live-1/stop")
-    assert (status, stopped["status"], stopped["stop_requested"]) == (202, "stopping", True)
+    # Queued, and no driver ever took it (launcher `none`): stopped at once.
+    assert (status, stopped["status"], stopped["stop_requested"]) == (202, "stopped", True)
     with urllib.request.urlopen(f"{url}/openapi.json", timeout=10) as reply:
         assert "/runs/{run_id}/stop" in json.loads(reply.read())["paths"]
     with urllib.request.urlopen(component.metrics_url, timeout=10) as reply:
@@ -90,7 +105,23 @@ def test_etude_runs_finds_the_stacks_gateway(stack, tmp_path):
         shown = runner.invoke(runs_app, [*command, *where])
         assert shown.exit_code == 0 and expected in shown.stdout, shown.output
     stopped = runner.invoke(runs_app, ["stop", "cli-1", "--json", *where])
-    assert json.loads(stopped.stdout)["status"] == "stopping"
+    assert json.loads(stopped.stdout)["status"] == "stopped"
+
+    # A task set in a file here travels with the run, whatever the gateway can read.
+    mine = tmp_path / "elsewhere" / "my.jsonl"
+    mine.parent.mkdir()
+    bundled = [t for t in read_jsonl(TASKS_FILE) if t.split == "train"][:2]
+    write_jsonl(mine, [dataclasses.replace(t, id=f"mine-{i}") for i, t in enumerate(bundled)])
+    uploaded = runner.invoke(runs_app, ["start", str(config), "--set", f"tasks.taskset={mine}",
+                                        "--run-id", "cli-2", "--json", *where])  # fmt: skip
+    assert uploaded.exit_code == 0, uploaded.output
+    assert "Sending 2 tasks from" in uploaded.output
+    assert json.loads(uploaded.stdout)["config"]["tasks"]["taskset"] == str(mine)
+    assert asyncio.run(registered_ids(stack.redis_url, "cli-2")) == ["mine-0", "mine-1"]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"repo": "x"}\n')
+    refused = runner.invoke(runs_app, ["start", "--set", f"tasks.taskset={broken}", *where])
+    assert refused.exit_code == 2 and "task record lacks" in refused.output
 
     missing = runner.invoke(runs_app, ["show", "nope", *where])
     assert missing.exit_code == 1 and "404 no run 'nope'" in missing.output
