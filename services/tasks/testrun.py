@@ -80,8 +80,9 @@ class TestRun:
     @property
     def suite_error(self) -> str:
         """Why the suite could not run at all, for the user (empty when it ran: tests that
-        failed, a timeout, a distrusted channel are not this)."""
-        if self.timed_out or self.problem or self.exit_code is None:
+        failed, a timeout, a distrusted channel are not this). Only a run that reported its
+        end counts: a tree that kills pytest early cannot pass for a broken suite."""
+        if self.timed_out or self.problem or not self.complete or self.exit_code is None:
             return ""
         collection = "; ".join(
             f"{where or 'collection'}: {error_line(message)}"

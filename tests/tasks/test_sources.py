@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from etude.tasks.synth.sources import SourceError, opened, project_name
+from etude.tasks.synth.sources import SourceError, find_source, opened, project_name
+from etude.tasks.task import Task
 from tests.tasks.layouts import COLORPARSE, TEXTBITS, UNITCONV, tar_sdist, write, zip_sdist
 
 
@@ -62,3 +63,20 @@ def test_environments_and_ignored_files_are_no_part_of_the_project(tmp_path):
 def test_unusable_paths_say_why(tmp_path, make, message):
     with pytest.raises(SourceError, match=message), opened(make(tmp_path)):
         pass
+
+
+def test_a_task_is_rebuilt_only_from_the_source_it_was_made_from(tmp_path):
+    with opened(write(tmp_path / "a", COLORPARSE)) as project:
+        task = Task(
+            id="colorparse.x", repo="colorparse", base_commit="0" * 40, instruction="",
+            test_patch="", fail_to_pass=(), pass_to_pass=(),
+            metadata={"project": "colorparse", "project_hash": project.hash,
+                      "origin": project.origin},
+        )  # fmt: skip
+        assert find_source(task, [project]) is project
+    edited = {**COLORPARSE, "colorparse/parse.py": COLORPARSE["colorparse/parse.py"] + "\n"}
+    with opened(write(tmp_path / "b", edited)) as other:
+        with pytest.raises(SourceError, match="differs from the one the task was made from"):
+            find_source(task, [other])
+    with pytest.raises(SourceError, match="pass it with --path"):
+        find_source(task, [])
