@@ -153,18 +153,32 @@ class _SynthProgress:
         started = last = time.monotonic()
         bar = self.bar.add_task(project.name, total=self.wanted, tried=0) if self.bar else None
 
-        def on_tried(tried: int, kept: int) -> None:
+        def on_tried(tried: int, kept: int, timed_out: int) -> None:
             nonlocal last
             if self.bar is not None:
                 self.bar.update(bar, completed=kept, tried=tried)
             elif time.monotonic() - last >= self.every_s or tried == total:
                 last = time.monotonic()
+                # Many timeouts mean a busy machine or a slow suite, not bad mutants.
+                slow = f", {timed_out} ran past the time limit" if timed_out else ""
                 self.line(
-                    f"{project.name}: tried {tried} of {total}, kept {kept} of {self.wanted} "
-                    f"({last - started:.0f}s)"
+                    f"{project.name}: tried {tried} of {total}, kept {kept} of {self.wanted}"
+                    f"{slow} ({last - started:.0f}s)"
                 )
+            self.tally = (tried, kept, timed_out)
 
+        self.tally, self.total = (0, 0, 0), total
         return on_tried
+
+    def done(self, project: Project) -> None:
+        tried, kept, timed_out = self.tally
+        slow = (
+            f"; {timed_out} ran past the time limit (a busy machine? raise --timeout)"
+            if timed_out > tried // 4
+            else ""
+        )
+        name = project.name
+        self.line(f"{name}: kept {kept} of {self.wanted}, tried {tried} of {self.total}{slow}")
 
 
 def _write_line(out, task: Task) -> None:
@@ -211,6 +225,7 @@ def synth(
                     _write_line(lines, task)
                     counts[task.split] = counts.get(task.split, 0) + 1
                     progress.line(f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})")
+                progress.done(item)
     count = sum(counts.values())
     console.print(
         f"Wrote {count} tasks to {out} ({counts['train']} train, {counts['held_out']} held out)."

@@ -47,6 +47,7 @@ def test_synth_verify_and_grade_a_project_from_its_sdist(tmp_path):
     assert "textbits: 7 tests pass unmutated" in result.output
     assert "--cov=textbits" in result.output
     assert "textbits: kept textbits." in result.output
+    assert "textbits: kept 1 of 1, tried " in result.output
     [task] = read_jsonl(out)
     assert task.repo == "textbits" and task.metadata["origin"]["file"] == "tb-1.2.0.tar.gz"
 

@@ -99,8 +99,8 @@ class SynthOptions:
     per_project: int = 20
     max_failing: int = 8
     timeout_s: float = 15.0
-    """A mutant whose suite runs longer (a loop that never ends) is dropped; raised to three
-    times the baseline's duration for slower suites."""
+    """A mutant whose suite runs longer (a loop that never ends) is dropped; raised to five
+    times the baseline's duration for slower suites (runs slow down on a busy machine)."""
     workers: int = 2
     held_out: frozenset[str] = frozenset()
     baseline_timeout_s: float = 900.0
@@ -153,7 +153,7 @@ def run_baseline(
     if not passing:
         shown = "; ".join(f"{t}: {why}" for t, why in list(left_out.items())[:5])
         raise SuiteError(f"{project.name}: no test passes unmutated: {shown}")
-    timeout = max(options.timeout_s, 3 * run.seconds)
+    timeout = max(options.timeout_s, 5 * run.seconds)
     return Baseline(run, frozenset(passing), left_out, timeout)
 
 
@@ -209,18 +209,19 @@ def kept_mutants(
     project: Project,
     options: SynthOptions,
     bwrap: Bwrap | None,
-    on_tried: Callable[[int, int], None] = lambda tried, kept: None,
+    on_tried: Callable[[int, int, int], None] = lambda tried, kept, timed_out: None,
     sandbox: SandboxConfig | None = None,
     baseline: Baseline | None = None,
 ) -> Iterator[Kept]:
     """The mutants of `project` that make tasks, in candidate order. `sandbox`: the
     limits and binds of the suite's runs, grading's (`SandboxConfig.for_grading()`) so a
     task is kept under the limits it will be graded with; unset, the defaults.
-    `baseline`: `run_baseline`'s, when the caller has it already. Raises SuiteError."""
+    `baseline`: `run_baseline`'s, when the caller has it already. `on_tried` hears the
+    mutants tried, kept and timed out so far after each one. Raises SuiteError."""
     sandbox = sandbox or SandboxConfig()
     baseline = baseline or run_baseline(project, options, bwrap, sandbox)
     order = candidates(project, options.seed)
-    kept, tried, diffs = 0, 0, set()
+    kept, tried, timed_out, diffs = 0, 0, 0, set()
     with ProcessPoolExecutor(max_workers=options.workers) as pool:
         # Submit a window at a time and read results in candidate order: the kept set
         # depends on the seed only, not on which worker finished first.
@@ -238,13 +239,14 @@ def kept_mutants(
             mutation, future = pending.pop(0)
             run = future.result()
             tried += 1
+            timed_out += run.timed_out
             verdict = judge(baseline, run, options.max_failing)
             diff_key = (mutation.path, mutation.start, mutation.end, mutation.replacement)
             if verdict is not None and diff_key not in diffs:
                 diffs.add(diff_key)
                 kept += 1
                 yield Kept(mutation, verdict[0], verdict[1], run.messages)
-            on_tried(tried, kept)
+            on_tried(tried, kept, timed_out)
         for _mutation, future in pending:
             future.cancel()
 
