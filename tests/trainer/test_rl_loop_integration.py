@@ -21,7 +21,7 @@ from etude.model.checkpoint import from_pretrained
 from etude.rollout.client import Orchestrator, TaskCycle
 from etude.rollout.streams import rollout_queue, rollout_stream, trajectory_queue
 from etude.tasks.draw import project_of
-from etude.tasks.taskset import load_taskset
+from etude.tasks.taskset import RunTasks
 from etude.trainer import checkpoint
 from etude.trainer.run import TrainingRun
 from etude.trainer.trainer import PolicyTrainer
@@ -110,7 +110,8 @@ async def one_group_scheduled(stack, tmp_path, queue: QueueSettings, **rollout):
     where = endpoints(stack)
     run_id = await register(where.redis_url, config)
     client = aioredis.Redis.from_url(where.redis_url)
-    train, _ = load_taskset(config.tasks)
+    # Registered with the run, where the workers look the tasks up.
+    train = (await RunTasks(client).ensure(run_id, config.tasks)).train
     orchestrator = Orchestrator(
         run_id=run_id, rollouts=rollout_queue(client, run_id, "orchestrator", queue),
         trajectories=trajectory_queue(client, run_id, "trainer", queue),
