@@ -138,7 +138,14 @@ def run_baseline(
     if run.timed_out:
         raise SuiteError(f"{project.name}: the suite ran past {run.seconds:.0f}s unmutated")
     if run.suite_error:
-        raise SuiteError(f"{project.name}: the suite could not run: {run.suite_error}")
+        # Nothing is installed in the sandbox: it sees the interpreter etude runs on.
+        hint = (
+            " (the suite runs on the Python etude runs on: install the project's test "
+            "dependencies there)"
+            if "No module named" in run.suite_error
+            else ""
+        )
+        raise SuiteError(f"{project.name}: the suite could not run: {run.suite_error}{hint}")
     hidden = set(project.test_files)
     left_out = {f: f"not collected: {error_line(m)}" for f, m in run.collection_errors.items()}
     passing = set()
