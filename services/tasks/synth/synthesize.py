@@ -137,6 +137,12 @@ def run_baseline(
     run = _run_mutant(project, None, bwrap, sandbox, options.baseline_timeout_s)
     if run.timed_out:
         raise SuiteError(f"{project.name}: the suite ran past {run.seconds:.0f}s unmutated")
+    if not run.complete or run.problem:
+        tail = run.output.strip().splitlines()[-3:]
+        raise SuiteError(
+            f"{project.name}: the suite ended without reporting its end (exit code "
+            f"{run.exit_code}{'; ' + run.problem if run.problem else ''}): {' | '.join(tail)}"
+        )
     if run.suite_error:
         # Nothing is installed in the sandbox: it sees the interpreter etude runs on.
         hint = (
