@@ -9,6 +9,12 @@ workers as processes (or they are Ray actors), or a cluster's, whose deployed wo
 the run. The trainer is a `TrainerHost` here or a Ray actor (`etude.trainer.placement` says
 where each actor goes); its progress is read back from the run registry. What the run shows
 goes through a `RunView`, which the command line draws.
+
+The driver is what keeps a run alive in the registry: it writes a heartbeat while it lives
+(the gateway's reaper ends a run whose heartbeat stops), and it records how the run ended —
+`finished`, `stopped` (a stop request: no evaluation after it), or `failed` with the reason.
+A run failed elsewhere (a rollout worker that could not find or build a task) keeps the
+reason recorded there, and `RunFailedError` leaves `main`.
 """
 
 from __future__ import annotations
@@ -186,7 +192,8 @@ class Driver:
                 summary.update(await call("finish", summary))
                 await registry.update(self.run_id, status="finished")
                 return 0
-            if not resumed:
+            # A stop asked for during the warm start ends the run before the evaluations.
+            if not resumed and not await registry.should_stop(self.run_id):
                 with self.view.phase("Held-out pass@1 before RL…"):
                     summary["eval_before"] = await call("evaluate", "before")
             await self._start_workers()
