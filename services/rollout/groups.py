@@ -138,11 +138,11 @@ class GroupCollector:
                 for i, trajectory in enumerate(group.trajectories):
                     group.trajectories[i], left_out = without_tokens_before(trajectory, bound)
                     stale_tokens += left_out
-        trajectories = [t for g in ready for t in g.trajectories]
-        newest = [newest_version(t) for t in trajectories]
-        # A trajectory left with no token to train is as old as its newest sampled token.
-        sampled = zip(map(oldest_version, trajectories), newest, strict=True)
-        oldest = [o if o >= 0 else n for o, n in sampled]
+        # Staleness is that of the tokens trained: a trajectory left with none (every token
+        # too stale, or none sampled) adds only its reward to its group's baseline.
+        trained = [t for g in ready for t in g.trajectories if oldest_version(t) >= 0]
+        oldest = [oldest_version(t) for t in trained]
+        newest = [newest_version(t) for t in trained]
         return StepBatch(
             ready,
             staleness=[trainer_version - o for o in oldest],

@@ -39,11 +39,14 @@ class Group:
 class StepBatch:
     groups: list[Group]
     staleness: list[int]
-    """Per trajectory: trainer version − the oldest policy version among its tokens."""
+    """Per trajectory with a token to train: trainer version − the oldest policy version
+    among its trained tokens."""
     in_flight: list[int] = field(default_factory=list)
-    """Per trajectory: versions published while it was sampled (newest − oldest token)."""
+    """Per trajectory with a token to train: versions published while its trained tokens
+    were sampled (newest − oldest)."""
     in_queue: list[int] = field(default_factory=list)
-    """Per trajectory: versions published after its last token, until it is trained."""
+    """Per trajectory with a token to train: versions published after its last trained
+    token, until it is trained."""
     stale_tokens: int = 0
     """Sampled tokens left out of the loss: older than the run's `max_staleness` allows."""
 

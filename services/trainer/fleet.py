@@ -204,7 +204,7 @@ class SimulatedFleet:
             # (a draining update waits for each engine's longest running turn).
             waited = (done.waited.waited_seconds + done.sync_seconds) * scenario.time_scale
             result.step_waited.append(waited)
-            result.step_trained.append(len(batch.staleness))  # one entry per trajectory
+            result.step_trained.append(sum(len(g.trajectories) for g in batch.groups))
             result.stale_tokens += batch.stale_tokens
             result.sampled_tokens += done.stats.tokens
             result.staleness += batch.staleness

@@ -107,6 +107,20 @@ def test_a_complete_group_with_nothing_recent_enough_is_dropped_and_never_handed
     assert batch.staleness == [1, 0] and batch.stale_tokens == 1
 
 
+def test_a_trajectory_with_every_token_too_stale_trains_nothing_and_is_not_counted_stale():
+    """Its group trains (a sibling is recent); it adds its reward to the group's baseline,
+    no token to the loss, and no figure above the bound to the staleness measured."""
+    collector = GroupCollector(groups_per_step=1)
+    collector.expect("mixed", size=2)
+    collector.add(_trajectory("mixed", 0, versions=(1, 2)))  # both tokens older than 4
+    collector.add(_trajectory("mixed", 1, versions=(5, 6)))
+    batch = collector.take(trainer_version=6, max_staleness=2)
+    stale, fresh = batch.groups[0].trajectories
+    assert stale.loss_mask == [0, 0, 0] and fresh.loss_mask == [0, 1, 1]
+    assert batch.stale_tokens == 2
+    assert batch.staleness == [1] and batch.in_flight == [1] and batch.in_queue == [0]
+
+
 def test_without_a_bound_nothing_is_left_out():
     collector = GroupCollector(groups_per_step=1)
     collector.expect("a", size=1)
