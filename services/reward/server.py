@@ -98,6 +98,7 @@ class RewardServicer(ScoreServicer):
         runs: RunTasks | None = None,
     ) -> None:
         super().__init__(TaskGrading(grader, tasks, environment, runs))
+        self.tasks = tasks
 
 
 def registration(servicer: ScoreServicer) -> Registration:
