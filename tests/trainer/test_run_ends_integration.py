@@ -7,8 +7,8 @@ run driver in this process or as an `etude train` process.
   anything to demonstrate;
 * a rollout whose task the run does not have, or whose repository cannot be built, fails the
   run at once with the reason, and its entry is not retried into the dead-letter stream;
-* a run whose `etude train` process is killed reaches `stopped` when stopped, through the
-  gateway's reaper.
+* a run whose `etude train` process is killed is ended by the gateway's reaper: `stopped`
+  when a stop was asked for, else `failed`.
 """
 
 from __future__ import annotations
@@ -174,8 +174,12 @@ async def test_a_task_whose_repository_cannot_be_built_fails_the_run_with_the_re
     assert "TaskUnusableError" in record.error and "no-such-project" in record.error
 
 
-def test_stop_reaches_stopped_after_the_trainer_process_is_killed(stack, tmp_path):
-    run_id = "killed-trainer"
+@pytest.mark.parametrize("stop", [True, False], ids=["stopped", "not-stopped"])
+def test_stop_reaches_stopped_after_the_trainer_process_is_killed(stack, tmp_path, stop):
+    """Killed in its RL loop, the trainer leaves its run `running`; the gateway's reaper ends
+    it once the heartbeat is over 3 s old: `stopped` when a stop was asked for (the stop
+    reaches `stopped`), else `failed` — never `running` or `stopping` for nobody."""
+    run_id = f"killed-trainer-{stop}"
     config = tmp_path / "run.yaml"
     long_run = {**RUN, "trainer": {**RUN["trainer"], "steps": 500}}
     config.write_text(yaml.safe_dump({**long_run, "output_dir": str(tmp_path / "out")}))
@@ -202,13 +206,14 @@ def test_stop_reaches_stopped_after_the_trainer_process_is_killed(stack, tmp_pat
                 time.sleep(0.3)
             os.killpg(trainer.pid, signal.SIGKILL)  # the trainer, and its workers with it
             trainer.wait(timeout=10)
-            stop = gateway.post(f"/runs/{run_id}/stop")
-            assert stop.status_code == 202 and stop.json()["status"] == "stopping"
+            if stop:
+                asked = gateway.post(f"/runs/{run_id}/stop")
+                assert asked.status_code == 202 and asked.json()["status"] == "stopping"
             deadline = time.monotonic() + 15
-            while (record := show())["status"] == "stopping":
+            while (record := show())["status"] in ("running", "stopping"):
                 assert time.monotonic() < deadline, record
                 time.sleep(0.2)
-            assert record["status"] == "stopped", record
+            assert record["status"] == ("stopped" if stop else "failed"), record
             assert "no heartbeat from the run's driver" in record["error"]
     finally:
         with contextlib.suppress(ProcessLookupError):
