@@ -103,9 +103,10 @@ def run_one(name: str, schedule: str, routing: str, size: Size, scenario_name: s
     scenario = balanced_trainer(load_scenario(scenario_name, time_scale=size.time_scale), plan)
     started = time.perf_counter()
     result = asyncio.run(SimulatedFleet(scenario, redis_url, plan, f"sim-{name}").run())
+    waits = " ".join(f"{w:.0f}" for w in result.step_waited)
     print(
         f"{name}: {result.steps} steps, {result.trained} trained,"
-        f" {time.perf_counter() - started:.0f} s",
+        f" {time.perf_counter() - started:.0f} s; the trainer waited [{waits}] simulated s",
         flush=True,
     )
     return result
