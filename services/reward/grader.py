@@ -7,7 +7,9 @@ the per-test results into a reward and its components.
 The patch is hostile input (the policy is optimised against this reward): every path it
 names is confined to the copy (`changes.py`), the test run cannot be configured by it
 (`etude.tasks.testrun`), and an outcome that cannot be trusted scores 0 with
-`tampered` = 1 and the reason in `Score.error` (`tamper.py`, `canaries.py`).
+`tampered` = 1 and the reason in `Score.error` (`tamper.py`, `canaries.py`). A patch
+after which the suite cannot run at all (a test module that stops importing) scores 0
+with `the suite could not run: …`: a broken fix, not a forgery.
 """
 
 from __future__ import annotations
@@ -128,9 +130,18 @@ class Grader:
         }
         if run.timed_out:
             return Score(0.0, components, fail_to_pass, pass_to_pass, timed_out=True)
-        if problem := violation(run, canaries):
+        # A suite that could not run (a test module the patch stopped importing) never ran
+        # the canaries either: that excuses canaries with no outcome, and nothing else. A
+        # canary reported otherwise than planted is still a forgery, whatever the run says
+        # of itself, and `suite_error` is only ever set for a run that reported its end.
+        broken = run.suite_error
+        checked = [c for c in canaries if c.test_id in run.outcomes] if broken else canaries
+        if problem := violation(run, checked):
             components["tampered"] = 1.0
             return Score(0.0, components, fail_to_pass, pass_to_pass, error=f"tampered: {problem}")
+        if broken:
+            error = f"the suite could not run: {broken}"
+            return Score(0.0, components, fail_to_pass, pass_to_pass, error=error)
         outcome = Outcome(fail_to_pass, pass_to_pass, changed)
         reward = REWARD_FUNCTIONS[self.config.reward_function](outcome)
         reward -= self.config.test_edit_penalty * components["touched_tests"]
