@@ -25,8 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from etude.reward.config import RewardConfig
-from etude.reward.grader import Grader
-from etude.reward.verify import Verdict, verify_all
+from etude.reward.verify import Verdict, grade_patch, verify_all
 from etude.sandbox.bwrap import Bwrap, SandboxUnavailableError, configured_bwrap
 from etude.sandbox.config import SandboxConfig, SandboxSettings
 from etude.tasks.hinting import HintResult, hint_all
@@ -40,6 +39,7 @@ from etude.tasks.materialize import (
     materialize,
 )
 from etude.tasks.repo import PatchError
+from etude.tasks.sources import RepositorySources
 from etude.tasks.synth import sources
 from etude.tasks.synth.synthesize import (
     Baseline,
@@ -242,25 +242,18 @@ def _with_commit(project: Project, kept, options: SynthOptions) -> Task:
     return to_task(project, kept, options, base_commit=commit)
 
 
-def _prepare(tasks: list[Task], paths: list[Path], cache: Path) -> None:
-    """Build the repository of every task synthesized from a path, from the `--path`
-    given for it, into `cache` (where materialize and the grader find it)."""
+def _sources(tasks: list[Task], paths: list[Path]) -> RepositorySources:
+    """Where the repositories of `tasks` come from; a task synthesized from a path needs
+    that project given again (`--path`), said before any work starts."""
     needing = [t for t in tasks if t.metadata.get("origin")]
-    if not needing:
-        return
-    if not paths:
+    if needing and not paths:
         origins = [t.metadata["origin"] for t in needing]
         made_from = sorted({str(o.get("file") or o.get("path")) for o in origins})
         raise _fail(
             f"{len(needing)} tasks were synthesized from {', '.join(made_from)}: "
             "pass it with --path"
         )
-    with _opened(paths) as projects:
-        for task in needing:
-            try:
-                sources.build_repository(task, sources.find_source(task, projects), cache)
-            except (sources.SourceError, PatchError) as error:
-                raise _fail(str(error)) from None
+    return RepositorySources(projects=tuple(paths))
 
 
 def _read_tasks(source: str | Path) -> list[Task]:
@@ -280,11 +273,11 @@ def materialize_command(
 ) -> None:
     """Build each task's single-commit repository in the cache."""
     selected = [t for t in _read_tasks(tasks) if not task_id or t.id in task_id]
-    _prepare(selected, path, cache)
+    given = _sources(selected, path)
     with Progress(console=console) as progress:
         for task in progress.track(selected, description="materializing"):
             try:
-                materialize(task, cache, checkouts_dir=checkouts)
+                materialize(task, cache, checkouts_dir=checkouts, sources=given)
             except (MaterializeError, PatchError) as error:
                 raise _fail(str(error)) from None
     console.print(f"{len(selected)} repositories in {cache}")
@@ -323,7 +316,7 @@ def verify(
     selected = _read_tasks(tasks)
     if sample:
         selected = random.Random(seed).sample(selected, min(sample, len(selected)))
-    _prepare(selected, path, cache)
+    given = _sources(selected, path)
     failed: list[Verdict] = []
     with Progress(*_bar_columns(), console=console) as progress:
         bar = progress.add_task("verifying", total=len(selected), tried=0)
@@ -334,7 +327,12 @@ def verify(
             progress.update(bar, advance=1, tried=len(failed))
 
         bwrap, sandbox = _grading_sandbox()
-        asyncio.run(verify_all(selected, cache, bwrap, workers, on_done=on_done, sandbox=sandbox))
+        try:
+            asyncio.run(verify_all(
+                selected, cache, bwrap, workers, on_done=on_done, sandbox=sandbox, sources=given
+            ))  # fmt: skip
+        except (MaterializeError, PatchError) as error:
+            raise _fail(str(error)) from None
     for verdict in failed:
         console.print(
             f"[red]{escape(verdict.task_id)}[/]: {escape(verdict.problem)}", highlight=False
@@ -369,11 +367,11 @@ def grade(
     diff = patch.read_text() if patch is not None else task.gold_patch if gold else ""
     if gold and not diff:
         raise _fail(f"{task.id} has no gold patch")
-    _prepare([task], path, cache)
+    given = _sources([task], path)
     bwrap, sandbox = _grading_sandbox()
     config = RewardConfig(cache_dir=cache, projects_dir=PROJECTS_DIR, checkouts_dir=checkouts)
     try:
-        score = asyncio.run(Grader(config, bwrap, sandbox).score(task, diff))
+        score = asyncio.run(grade_patch(task, diff, config, bwrap, sandbox, given))
     except (MaterializeError, PatchError) as error:
         raise _fail(str(error)) from None
     # Plain lines, not a table: test ids stay whole and greppable in any terminal width.
@@ -404,7 +402,7 @@ def hints(
     and its source) into metadata.hints, for training at hint tiers 1-3."""
     source = taskset_path(taskset)
     selected = _read_tasks(source)
-    _prepare(selected, path, cache)
+    given = _sources(selected, path)
     failed: list[HintResult] = []
     started = time.perf_counter()
     with Progress(*_bar_columns(), console=console) as progress:
@@ -418,7 +416,7 @@ def hints(
         bwrap, sandbox = _grading_sandbox()
         results = hint_all(
             selected, cache, bwrap, workers=workers, checkouts_dir=checkouts, sandbox=sandbox,
-            on_done=on_done,
+            sources=given, on_done=on_done,
         )  # fmt: skip
     target = out or source
     write_jsonl(target, [r.task for r in results])

@@ -32,6 +32,7 @@ from etude.sandbox.config import SandboxConfig
 from etude.tasks.grading_config import UnsupportedTestCommand
 from etude.tasks.materialize import materialize
 from etude.tasks.repo import PatchError, apply_patch
+from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Task
 from etude.tasks.testrun import run_pytest
 
@@ -46,10 +47,13 @@ def patched_files(patch: str) -> list[str]:
 
 class Grader:
     def __init__(
-        self, config: RewardConfig, bwrap: Bwrap | None, sandbox: SandboxConfig | None = None
-    ) -> None:
+        self, config: RewardConfig, bwrap: Bwrap | None, sandbox: SandboxConfig | None = None,
+        sources: RepositorySources | None = None,
+    ) -> None:  # fmt: skip
         """`sandbox`: the limits and binds of the test run, grading's from the settings
-        (`RewardSettings.sandbox.for_grading()`); unset, the defaults."""
+        (`RewardSettings.sandbox.for_grading()`); unset, the defaults. `sources`: where the
+        repositories of tasks that are not bundled come from (etude.tasks.sources), besides
+        `config.checkouts_dir`."""
         if config.reward_function not in REWARD_FUNCTIONS:
             known = ", ".join(sorted(REWARD_FUNCTIONS))
             raise ValueError(f"unknown reward function {config.reward_function!r}; known: {known}")
@@ -57,6 +61,7 @@ class Grader:
         self.config = config
         self.bwrap = bwrap
         self.sandbox = sandbox or SandboxConfig()
+        self.sources = (sources or RepositorySources()).with_checkouts(config.checkouts_dir)
         self._materialize_lock = asyncio.Lock()
 
     async def score(self, task: Task, patch: str) -> Score:
@@ -64,7 +69,7 @@ class Grader:
         async with self._materialize_lock:  # two graders must not build one repository
             base = await asyncio.to_thread(
                 materialize, task, self.config.cache_dir, self.config.projects_dir,
-                self.config.checkouts_dir,
+                sources=self.sources,
             )  # fmt: skip
         score = await asyncio.to_thread(self._grade, task, patch, base)
         return Score(

@@ -1,8 +1,9 @@
 """Checking tasks end to end with the grader: on the buggy repository every FAIL_TO_PASS
-test fails and every PASS_TO_PASS test passes; with the gold patch all pass.
+test fails and every PASS_TO_PASS test passes; with the gold patch all pass. And grading
+one patch, as the reward service would.
 
-It lives with the grader it drives (`etude tasks verify` calls it): the task library does
-not depend on the reward service, which depends on it."""
+It lives with the grader it drives (`etude tasks verify` and `grade` call it): the task
+library does not depend on the reward service, which depends on it."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
+from etude.reward.types import Score
 from etude.sandbox.bwrap import Bwrap
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import PROJECTS_DIR
+from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Task
 
 
@@ -23,6 +26,15 @@ class Verdict:
     task_id: str
     ok: bool
     problem: str = ""
+
+
+async def grade_patch(
+    task: Task, patch: str, config: RewardConfig, bwrap: Bwrap | None,
+    sandbox: SandboxConfig | None = None, sources: RepositorySources | None = None,
+) -> Score:  # fmt: skip
+    """One patch graded as the reward service grades it (`etude tasks grade`); `sources`
+    as for `verify_all`."""
+    return await Grader(config, bwrap, sandbox, sources).score(task, patch)
 
 
 async def verify_task(grader: Grader, task: Task) -> Verdict:
@@ -43,12 +55,13 @@ async def verify_task(grader: Grader, task: Task) -> Verdict:
 async def verify_all(
     tasks: list[Task], cache_dir: Path, bwrap: Bwrap | None, concurrency: int = 2,
     projects_dir: Path = PROJECTS_DIR, on_done=lambda verdict: None,
-    sandbox: SandboxConfig | None = None,
+    sandbox: SandboxConfig | None = None, sources: RepositorySources | None = None,
 ) -> list[Verdict]:  # fmt: skip
     """`sandbox`: grading's limits and binds (`SandboxConfig.for_grading()`), so a task is
-    verified as the reward service will grade it; unset, the defaults."""
+    verified as the reward service will grade it; unset, the defaults. `sources`: where
+    the repositories of tasks that are not bundled come from (etude.tasks.sources)."""
     config = RewardConfig(cache_dir=cache_dir, projects_dir=projects_dir)
-    grader = Grader(config, bwrap, sandbox)
+    grader = Grader(config, bwrap, sandbox, sources)
     limit = asyncio.Semaphore(concurrency)
 
     async def one(task: Task) -> Verdict:

@@ -16,6 +16,7 @@ from etude.tasks.grading_config import UnsupportedTestCommand
 from etude.tasks.hints import HintError, Hints, locate
 from etude.tasks.materialize import PROJECTS_DIR, MaterializeError, materialize
 from etude.tasks.repo import PatchError
+from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Task
 from etude.tasks.tracebacks import TracebackError, first_failure
 
@@ -43,8 +44,11 @@ def compute_hints(
     projects_dir: Path = PROJECTS_DIR,
     checkouts_dir: Path | None = None,
     sandbox: SandboxConfig | None = None,
+    sources: RepositorySources | None = None,
 ) -> Hints:
-    repository = materialize(task, cache_dir, projects_dir, checkouts_dir)
+    """`sources` (and `checkouts_dir`): where the task's repository comes from when it is
+    not bundled (etude.tasks.sources)."""
+    repository = materialize(task, cache_dir, projects_dir, checkouts_dir, sources=sources)
     traceback = first_failure(task, repository, bwrap=bwrap, sandbox=sandbox)
     return locate(task, repository, traceback)
 
@@ -57,6 +61,7 @@ def hint_all(
     workers: int = 2,
     checkouts_dir: Path | None = None,
     sandbox: SandboxConfig | None = None,
+    sources: RepositorySources | None = None,
     on_done: Callable[[HintResult], None] = lambda result: None,
 ) -> list[HintResult]:
     """Every task with its hints (in input order); a task whose hints fail keeps none and
@@ -66,8 +71,9 @@ def hint_all(
     def one(task: Task) -> HintResult:
         try:
             hints = compute_hints(
-                task, cache_dir, bwrap, checkouts_dir=checkouts_dir, sandbox=sandbox
-            )
+                task, cache_dir, bwrap, checkouts_dir=checkouts_dir, sandbox=sandbox,
+                sources=sources,
+            )  # fmt: skip
             result = HintResult(with_hints(task, hints))
         except (HintError, TracebackError, MaterializeError, PatchError,
                 UnsupportedTestCommand) as error:  # fmt: skip

@@ -2,7 +2,10 @@
 directory.
 
 The repository is what the agent's sessions open and what grading starts from: one branch
-at the base commit, and nothing of the fix (etude.tasks.repo.export_commit / seal).
+at the base commit, and nothing of the fix (etude.tasks.repo.export_commit / seal). It
+comes from one of three places: a bundled project (`etude-mini/<name>`), the project a task
+was synthesized from by path (`metadata.origin`), or a SWE-bench-style task's git
+repository; `RepositorySources` says where the last two are on this machine.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from etude.tasks.repo import (
     export_commit,
 )
 from etude.tasks.sources import RepositorySources, SourceNotFoundError
+from etude.tasks.synth.sources import SourceError, source_of
 from etude.tasks.synth.synthesize import Project, load_project
 from etude.tasks.task import Task
 
@@ -88,8 +92,9 @@ def materialize(
     sources: RepositorySources | None = None,
 ) -> Path:
     """The task's repository at its base commit under `cache_dir` (reused when already
-    there and at the right commit). SWE-bench-style tasks take it from `sources`, and from
-    `checkouts_dir`, a directory of checkouts (see etude.tasks.sources)."""
+    there and at the right commit). Bundled tasks are built from `projects_dir`; the
+    others from `sources` (see etude.tasks.sources), SWE-bench-style ones also from
+    `checkouts_dir`, a directory of checkouts."""
     target = cache_dir / repository_key(task)
     if target.is_dir():
         if _head(target) == task.base_commit:
@@ -101,12 +106,13 @@ def materialize(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
+        sources = (sources or RepositorySources()).with_checkouts(checkouts_dir)
         if task.repo.startswith(BUNDLED_PREFIX):
             commit = _bundled(task, projects_dir, staging)
+        elif task.metadata.get("origin"):
+            commit = _synthesized(task, sources.projects, staging)
         else:
-            commit = _checkout(
-                task, (sources or RepositorySources()).with_checkouts(checkouts_dir), staging
-            )
+            commit = _checkout(task, sources, staging)
         if commit != task.base_commit:
             raise MaterializeError(
                 f"{task.id}: rebuilt commit {commit} differs from the record's "
@@ -132,6 +138,16 @@ def _bundled(task: Task, projects_dir: Path, workdir: Path) -> str:
             f"from {expected}); synthesize the tasks again"
         )
     return build_buggy_repository(project, task.metadata.get("bug_patch", ""), workdir)
+
+
+def _synthesized(task: Task, projects: tuple[Path, ...], workdir: Path) -> str:
+    """Tasks synthesized from a project path: rebuilt as a bundled one is, from the same
+    project given again (its name and content hash checked)."""
+    try:
+        with source_of(task, projects) as project:
+            return build_buggy_repository(project, task.metadata.get("bug_patch", ""), workdir)
+    except SourceError as error:
+        raise MaterializeError(f"{task.id}: {error}") from error
 
 
 def _checkout(task: Task, sources: RepositorySources, workdir: Path) -> str:

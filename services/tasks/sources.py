@@ -1,11 +1,16 @@
-"""Where the git repositories of SWE-bench-style tasks are found on this machine.
+"""Where the repositories of tasks come from on this machine (bundled tasks aside, whose
+projects ship with etude).
 
-A task names its repository `owner/name`. A `RepositorySources` maps that name to a git
-repository: one named on its own (`owner/name=PATH`: a working checkout, e.g. a project of
-your own, or a bare mirror), or one found in a directory of them, as `owner__name`,
-`owner/name`, or either with `.git` appended (how `git clone --mirror` names a mirror).
-Only the task's base commit is ever taken out of it (etude.tasks.repo.export_commit), so a
-source may hold any history, the fixes included.
+A SWE-bench-style task names its repository `owner/name`. A `RepositorySources` maps that
+name to a git repository: one named on its own (`owner/name=PATH`: a working checkout, e.g.
+a project of your own, or a bare mirror), or one found in a directory of them, as
+`owner__name`, `owner/name`, or either with `.git` appended (how `git clone --mirror` names
+a mirror). Only the task's base commit is ever taken out of it
+(etude.tasks.repo.export_commit), so a source may hold any history, the fixes included.
+
+A task synthesized from a project path (`metadata.origin`) is rebuilt from that project
+given again: one of `projects`, a directory or an sdist, matched on the project's name and
+content hash (etude.tasks.synth.sources.source_of).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class RepositorySources:
     """Repositories named one by one, `owner/name` → path; looked at first."""
     checkouts: tuple[Path, ...] = ()
     """Directories of repositories (checkouts or bare mirrors), searched in order."""
+    projects: tuple[Path, ...] = ()
+    """Project directories or sdists that tasks synthesized from a path are rebuilt from."""
 
     @classmethod
     def parse(cls, values: Iterable[str]) -> RepositorySources:
@@ -51,7 +58,7 @@ class RepositorySources:
         """These sources, then `directory` (the older `checkouts_dir` argument)."""
         if directory is None or directory in self.checkouts:
             return self
-        return RepositorySources(self.repositories, (*self.checkouts, directory))
+        return RepositorySources(self.repositories, (*self.checkouts, directory), self.projects)
 
     def locate(self, repo: str) -> Path:
         """The repository for `repo` (`owner/name`); SourceNotFoundError when none holds it."""

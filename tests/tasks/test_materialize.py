@@ -3,16 +3,25 @@ it, and whatever git can reach there (branches, tags, reflogs, stray objects) it
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from etude.tasks.materialize import TASKS_FILE, MaterializeError, materialize
+from etude.tasks.materialize import (
+    TASKS_FILE,
+    MaterializeError,
+    build_buggy_repository,
+    materialize,
+)
+from etude.tasks.repo import apply_patch
 from etude.tasks.sources import RepositorySources
-from etude.tasks.synth.synthesize import load_project
+from etude.tasks.synth.sources import opened
+from etude.tasks.synth.synthesize import Kept, SynthOptions, candidates, load_project, to_task
 from etude.tasks.task import Task, read_jsonl
+from tests.tasks.layouts import COLORPARSE, TEXTBITS, tar_sdist, write
 from tests.tasks.upstream import FIX_MARKER, STRAY_MARKER, Upstream, git, make_upstream
 
 
@@ -173,3 +182,62 @@ def test_a_named_source_that_is_no_repository_is_a_clear_error(tmp_path, upstrea
     sources = RepositorySources(repositories={"acme/widget": tmp_path / "plain"})
     with pytest.raises(MaterializeError, match="plain is not a git repository"):
         materialize(upstream.task(), tmp_path / "cache", sources=sources)
+
+
+def synthesized(path: Path) -> Task:
+    """A task of the project at `path` as `etude tasks synth --path` records it (its first
+    candidate bug; which tests catch it does not matter to its repository)."""
+    options = SynthOptions()
+    with opened(path) as project, tempfile.TemporaryDirectory() as scratch:
+        kept = Kept(candidates(project, 0)[0], [], [], {})
+        bug_patch = to_task(project, kept, options, "").metadata["bug_patch"]
+        commit = build_buggy_repository(project, bug_patch, Path(scratch))
+        return to_task(project, kept, options, commit)
+
+
+def test_a_task_synthesized_from_an_sdist_is_rebuilt_from_it_anywhere(tmp_path):
+    sdist = tar_sdist(tmp_path, "tb-1.2.0", TEXTBITS)
+    task = synthesized(sdist)
+    assert task.repo == "textbits" and task.metadata["origin"]["kind"] == "sdist"
+    # Another machine: the same sdist, somewhere else, among other projects' sources.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    moved = sdist.rename(elsewhere / sdist.name)
+    other = write(tmp_path / "my-colours", COLORPARSE)
+    sources = RepositorySources(projects=(other, moved))
+    repository = materialize(task, tmp_path / "cache", sources=sources)
+
+    assert git(repository, "rev-parse", "HEAD").stdout.strip() == task.base_commit
+    assert git(repository, "log", "--all", "--format=%H").stdout.split() == [task.base_commit]
+    assert not (repository / "tests").exists()  # the hidden tests come from the record
+    apply_patch(repository, task.gold_patch)  # the bug is there: its fix applies
+    mutated = task.metadata["bug_patch"].split("+++ b/")[1].split("\n")[0]
+    assert (repository / mutated).read_text() == TEXTBITS[mutated]
+    # Built once: a later call finds it without the source.
+    assert materialize(task, tmp_path / "cache") == repository
+
+
+def test_a_task_synthesized_from_a_directory_is_rebuilt_from_it(tmp_path):
+    root = write(tmp_path / "my-colours", COLORPARSE)
+    task = synthesized(root)
+    sources = RepositorySources(projects=(root,))
+    repository = materialize(task, tmp_path / "cache", sources=sources)
+    assert git(repository, "rev-parse", "HEAD").stdout.strip() == task.base_commit
+
+
+def test_a_missing_or_changed_project_source_is_a_clear_error(tmp_path):
+    task = synthesized(tar_sdist(tmp_path, "tb-1.2.0", TEXTBITS))
+    cache = tmp_path / "cache"
+    with pytest.raises(MaterializeError, match=r"textbits\.\S+: synthesized from tb-1.2.0.tar.gz"
+                       r", and no project source of textbits is given"):  # fmt: skip
+        materialize(task, cache)
+    colours = write(tmp_path / "my-colours", COLORPARSE)
+    with pytest.raises(MaterializeError, match="no project source of textbits"):
+        materialize(task, cache, sources=RepositorySources(projects=(colours,)))
+    core = "src/textbits/core.py"
+    edited = tar_sdist(tmp_path / "v2", "tb-1.2.1", {**TEXTBITS, core: TEXTBITS[core] + "\n"})
+    with pytest.raises(
+        MaterializeError, match=r"the given textbits differs .* \(tb-1.2.0.tar.gz, hash \w+\): "
+    ):
+        materialize(task, cache, sources=RepositorySources(projects=(edited,)))
+    assert not cache.exists() or not list(cache.iterdir())  # no staging left behind

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from etude.tasks.synth.sources import SourceError, find_source, opened, project_name
+from etude.tasks.synth.sources import SourceError, opened, project_name, source_of
 from etude.tasks.task import Task
 from tests.tasks.layouts import COLORPARSE, TEXTBITS, UNITCONV, tar_sdist, write, zip_sdist
 
@@ -66,17 +66,22 @@ def test_unusable_paths_say_why(tmp_path, make, message):
 
 
 def test_a_task_is_rebuilt_only_from_the_source_it_was_made_from(tmp_path):
-    with opened(write(tmp_path / "a", COLORPARSE)) as project:
+    first = write(tmp_path / "a", COLORPARSE)
+    with opened(first) as project:
         task = Task(
             id="colorparse.x", repo="colorparse", base_commit="0" * 40, instruction="",
             test_patch="", fail_to_pass=(), pass_to_pass=(),
             metadata={"project": "colorparse", "project_hash": project.hash,
                       "origin": project.origin},
         )  # fmt: skip
-        assert find_source(task, [project]) is project
+    textbits = tar_sdist(tmp_path, "tb-1.2.0", TEXTBITS)
+    with source_of(task, [textbits, first]) as found:  # another project is passed over
+        assert found.name == "colorparse" and found.root == first
     edited = {**COLORPARSE, "colorparse/parse.py": COLORPARSE["colorparse/parse.py"] + "\n"}
-    with opened(write(tmp_path / "b", edited)) as other:
-        with pytest.raises(SourceError, match="differs from the one the task was made from"):
-            find_source(task, [other])
-    with pytest.raises(SourceError, match="pass it with --path"):
-        find_source(task, [])
+    other = write(tmp_path / "b", edited)
+    with pytest.raises(SourceError, match=f"differs from the one the task was made from.*{other}"):
+        with source_of(task, [other]):
+            pass
+    with pytest.raises(SourceError, match="no project source of colorparse is given"):
+        with source_of(task, [textbits]):
+            pass

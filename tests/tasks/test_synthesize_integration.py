@@ -14,7 +14,8 @@ from etude.reward.verify import verify_all
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import build_buggy_repository
 from etude.tasks.repo import apply_patch, copy_files
-from etude.tasks.synth.sources import build_repository, opened
+from etude.tasks.sources import RepositorySources
+from etude.tasks.synth.sources import opened
 from etude.tasks.synth.synthesize import SynthOptions, kept_mutants, load_project, to_task
 from etude.tasks.testrun import run_pytest
 from tests.tasks.layouts import COLORPARSE, TEXTBITS, UNITCONV, tar_sdist, write, zip_sdist
@@ -92,8 +93,8 @@ async def test_each_layout_makes_tasks_that_verify_from_their_source(tmp_path, b
         task = to_task(project, kept, options, commit)
         assert task.repo == name and task.metadata["project"] == name  # the real project
         assert task.id.startswith(f"{name}.") and task.metadata["origin"]
-        build_repository(task, project, tmp_path / "cache")
-    # The source is gone (an unpacked archive is removed); the grader finds the repository
-    # built from it, with the hidden tests coming from the record alone.
-    [verdict] = await verify_all([task], tmp_path / "cache", bwrap)
+    # The grader rebuilds the repository from the source given again (an sdist unpacked
+    # afresh), the hidden tests coming from the record alone.
+    sources = RepositorySources(projects=(path,))
+    [verdict] = await verify_all([task], tmp_path / "cache", bwrap, sources=sources)
     assert verdict.ok, verdict.problem

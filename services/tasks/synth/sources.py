@@ -1,10 +1,11 @@
-"""Projects given by path (`etude tasks synth|materialize|verify|grade --path`): a
+"""Projects given by path (`etude tasks synth|materialize|verify|grade|hints --path`): a
 directory or an sdist archive, named as its own metadata names it.
 
 A task synthesized from such a source records where it came from (`metadata.origin`)
-and the content hash of the project; given the same source again, `build_repository`
-rebuilds the task's repository into the cache exactly as `etude.tasks.materialize`
-would build a bundled one (same files, same commit), where the grader then finds it.
+and the content hash of the project; given the same source again
+(`RepositorySources.projects`), `source_of` finds it and `etude.tasks.materialize`
+rebuilds the task's repository from it as it builds a bundled one (same files, same
+commit), wherever the task is graded or rolled out.
 """
 
 from __future__ import annotations
@@ -15,17 +16,14 @@ import email.parser
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 import tempfile
-import threading
 import tomllib
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from etude.tasks.materialize import build_buggy_repository, repository_key
 from etude.tasks.repo import IGNORED
 from etude.tasks.synth.suite import discover
 from etude.tasks.synth.synthesize import Project
@@ -135,56 +133,29 @@ def project_name(root: Path) -> str:
     return re.sub(r"-\d[\w.]*$", "", root.name)
 
 
-def find_source(task: Task, projects: list[Project]) -> Project:
-    """The given project the task was synthesized from (same name, same content)."""
+@contextlib.contextmanager
+def source_of(task: Task, paths: Iterable[Path]) -> Iterator[Project]:
+    """The project `task` was synthesized from, among the sources at `paths` (opened one
+    by one, each closed again unless it is the one): same name, same content hash.
+    SourceError when none is, saying what was given instead."""
+    wanted, expected = task.metadata.get("project"), task.metadata.get("project_hash")
+    differing = []
+    for path in paths:
+        with opened(path) as project:
+            if project.name != wanted:
+                continue
+            if project.hash == expected:
+                yield project
+                return
+            differing.append(f"{path} (hash {project.hash})")
     origin = task.metadata.get("origin") or {}
-    wanted = task.metadata.get("project")
-    named = [p for p in projects if p.name == wanted]
-    same = [p for p in named if p.hash == task.metadata.get("project_hash")]
-    if same:
-        return same[0]
     made_from = origin.get("file") or origin.get("path") or "its source"
-    if named:
+    if differing:
         raise SourceError(
-            f"{task.id}: the given {wanted} differs from the one the task was made from "
-            f"({made_from}, hash {task.metadata.get('project_hash')}; given {named[0].hash})"
+            f"the given {wanted} differs from the one the task was made from ({made_from}, "
+            f"hash {expected}): {', '.join(differing)}"
         )
-    raise SourceError(f"{task.id}: synthesized from {made_from}: pass it with --path")
-
-
-def build_repository(task: Task, project: Project, cache_dir: Path) -> Path:
-    """The task's repository in `cache_dir`, where materialize looks for it, built from
-    `project` as materialize builds a bundled one (reused when already there at the right
-    commit)."""
-    target = cache_dir / repository_key(task)
-    if _head(target) == task.base_commit:
-        return target
-    shutil.rmtree(target, ignore_errors=True)
-    staging = cache_dir / f".{target.name}.partial-{os.getpid()}-{threading.get_ident()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        commit = build_buggy_repository(project, task.metadata.get("bug_patch", ""), staging)
-        if commit != task.base_commit:
-            raise SourceError(
-                f"{task.id}: rebuilt commit {commit} differs from the record's "
-                f"{task.base_commit}; the task was made by another version of etude"
-            )
-        try:
-            staging.rename(target)
-        except OSError:  # another process built it first
-            if _head(target) != task.base_commit:
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def _head(repository: Path) -> str | None:
-    # `--git-dir`: a cache entry without its own .git must not answer with the HEAD of a
-    # repository around the cache.
-    done = subprocess.run(
-        ["git", "--git-dir", str(repository / ".git"), "rev-parse", "HEAD"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    return done.stdout.strip() if done.returncode == 0 else None
+    raise SourceError(
+        f"synthesized from {made_from}, and no project source of {wanted} is given "
+        "(etude tasks: --path)"
+    )
