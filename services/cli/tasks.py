@@ -1,8 +1,10 @@
 """`etude tasks …`: synthesize, materialize, verify, grade and list tasks.
 
 Projects come from the bundled suite (`--project`) or from a path (`--path`: a project
-directory or an sdist); a task synthesized from a path records where it came from, and
-`materialize`, `verify` and `grade` rebuild its repository from the same `--path`.
+directory or an sdist); a task synthesized from a path records where it came from.
+`materialize`, `verify`, `grade` and `hints` build each task's repository from the sources
+given (one `RepositorySources`): the same `--path` for those, `--checkouts DIR` and
+`--repository owner/name=PATH` for SWE-bench-style tasks.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from etude.tasks.materialize import (
     materialize,
 )
 from etude.tasks.repo import PatchError
-from etude.tasks.sources import RepositorySources
+from etude.tasks.sources import RepositorySources, is_repository_name
 from etude.tasks.synth import sources
 from etude.tasks.synth.synthesize import (
     Baseline,
@@ -66,6 +68,18 @@ PathsOption = Annotated[
     typer.Option("--path", help="The project directory or sdist tasks were synthesized from."),
 ]
 CacheOption = Annotated[Path, typer.Option(help="Where repositories go.")]
+CheckoutsOption = Annotated[
+    list[Path],
+    typer.Option(
+        "--checkouts",
+        help="A directory of git repositories for SWE-bench-style tasks (owner__name, "
+        "owner/name, either with .git).",
+    ),
+]
+RepositoryOption = Annotated[
+    list[str],
+    typer.Option("--repository", help="owner/name=PATH: the git repository of owner/name."),
+]
 
 
 def _fail(message: str) -> typer.Exit:
@@ -242,9 +256,11 @@ def _with_commit(project: Project, kept, options: SynthOptions) -> Task:
     return to_task(project, kept, options, base_commit=commit)
 
 
-def _sources(tasks: list[Task], paths: list[Path]) -> RepositorySources:
-    """Where the repositories of `tasks` come from; a task synthesized from a path needs
-    that project given again (`--path`), said before any work starts."""
+def _sources(
+    tasks: list[Task], paths: list[Path], checkouts: list[Path], repositories: list[str]
+) -> RepositorySources:
+    """Where the repositories of `tasks` come from, from the options; a task synthesized
+    from a path needs that project given again (`--path`), said before any work starts."""
     needing = [t for t in tasks if t.metadata.get("origin")]
     if needing and not paths:
         origins = [t.metadata["origin"] for t in needing]
@@ -253,7 +269,13 @@ def _sources(tasks: list[Task], paths: list[Path]) -> RepositorySources:
             f"{len(needing)} tasks were synthesized from {', '.join(made_from)}: "
             "pass it with --path"
         )
-    return RepositorySources(projects=tuple(paths))
+    named = {}
+    for value in repositories:
+        name, _, where = value.partition("=")
+        if not is_repository_name(name) or not where:
+            raise _fail(f"--repository {value}: expected owner/name=PATH")
+        named[name] = Path(where).expanduser()
+    return RepositorySources(named, tuple(checkouts), tuple(paths))
 
 
 def _read_tasks(source: str | Path) -> list[Task]:
@@ -267,17 +289,18 @@ def _read_tasks(source: str | Path) -> list[Task]:
 def materialize_command(
     tasks: Annotated[Path, typer.Option(help="JSONL file of tasks.")] = TASKS_FILE,
     cache: CacheOption = Path(".etude/tasks"),
-    checkouts: Annotated[Path | None, typer.Option(help="Checkouts for SWE-bench tasks.")] = None,
     task_id: Annotated[list[str], typer.Option("--id", help="Only these tasks.")] = [],  # noqa: B006
     path: PathsOption = [],  # noqa: B006
+    checkouts: CheckoutsOption = [],  # noqa: B006
+    repository: RepositoryOption = [],  # noqa: B006
 ) -> None:
     """Build each task's single-commit repository in the cache."""
     selected = [t for t in _read_tasks(tasks) if not task_id or t.id in task_id]
-    given = _sources(selected, path)
+    given = _sources(selected, path, checkouts, repository)
     with Progress(console=console) as progress:
         for task in progress.track(selected, description="materializing"):
             try:
-                materialize(task, cache, checkouts_dir=checkouts, sources=given)
+                materialize(task, cache, sources=given)
             except (MaterializeError, PatchError) as error:
                 raise _fail(str(error)) from None
     console.print(f"{len(selected)} repositories in {cache}")
@@ -311,12 +334,14 @@ def verify(
     cache: CacheOption = Path(".etude/tasks"),
     workers: Annotated[int, typer.Option(help="Tasks checked at once.")] = os.cpu_count() or 1,
     path: PathsOption = [],  # noqa: B006
+    checkouts: CheckoutsOption = [],  # noqa: B006
+    repository: RepositoryOption = [],  # noqa: B006
 ) -> None:
     """Check that each task's bug fails its FAIL_TO_PASS tests and its gold patch fixes them."""
     selected = _read_tasks(tasks)
     if sample:
         selected = random.Random(seed).sample(selected, min(sample, len(selected)))
-    given = _sources(selected, path)
+    given = _sources(selected, path, checkouts, repository)
     failed: list[Verdict] = []
     with Progress(*_bar_columns(), console=console) as progress:
         bar = progress.add_task("verifying", total=len(selected), tried=0)
@@ -351,8 +376,9 @@ def grade(
     gold: Annotated[bool, typer.Option("--gold", help="Grade the task's gold patch.")] = False,
     empty: Annotated[bool, typer.Option("--empty", help="Grade no change at all.")] = False,
     cache: CacheOption = Path(".etude/tasks"),
-    checkouts: Annotated[Path | None, typer.Option(help="Checkouts for SWE-bench tasks.")] = None,
     path: PathsOption = [],  # noqa: B006
+    checkouts: CheckoutsOption = [],  # noqa: B006
+    repository: RepositoryOption = [],  # noqa: B006
 ) -> None:
     """Grade one patch on one task as the reward service would: the score, each hidden
     test's outcome and the reward's components."""
@@ -367,9 +393,9 @@ def grade(
     diff = patch.read_text() if patch is not None else task.gold_patch if gold else ""
     if gold and not diff:
         raise _fail(f"{task.id} has no gold patch")
-    given = _sources([task], path)
+    given = _sources([task], path, checkouts, repository)
     bwrap, sandbox = _grading_sandbox()
-    config = RewardConfig(cache_dir=cache, projects_dir=PROJECTS_DIR, checkouts_dir=checkouts)
+    config = RewardConfig(cache_dir=cache, projects_dir=PROJECTS_DIR)
     try:
         score = asyncio.run(grade_patch(task, diff, config, bwrap, sandbox, given))
     except (MaterializeError, PatchError) as error:
@@ -394,15 +420,16 @@ def hints(
     taskset: Annotated[str, typer.Argument(help="etude-mini or a JSONL file.")] = "etude-mini",
     out: Annotated[Path | None, typer.Option(help="JSONL to write (default: in place).")] = None,
     cache: Annotated[Path, typer.Option(help="Where repositories go.")] = Path(".etude/tasks"),
-    checkouts: Annotated[Path | None, typer.Option(help="Checkouts for SWE-bench tasks.")] = None,
     workers: Annotated[int, typer.Option(help="Tasks run at once.")] = os.cpu_count() or 1,
     path: PathsOption = [],  # noqa: B006
+    checkouts: CheckoutsOption = [],  # noqa: B006
+    repository: RepositoryOption = [],  # noqa: B006
 ) -> None:
     """Compute each task's hints (the first failing test's traceback, the function to fix
     and its source) into metadata.hints, for training at hint tiers 1-3."""
     source = taskset_path(taskset)
     selected = _read_tasks(source)
-    given = _sources(selected, path)
+    given = _sources(selected, path, checkouts, repository)
     failed: list[HintResult] = []
     started = time.perf_counter()
     with Progress(*_bar_columns(), console=console) as progress:
@@ -415,8 +442,8 @@ def hints(
 
         bwrap, sandbox = _grading_sandbox()
         results = hint_all(
-            selected, cache, bwrap, workers=workers, checkouts_dir=checkouts, sandbox=sandbox,
-            sources=given, on_done=on_done,
+            selected, cache, bwrap, workers=workers, sandbox=sandbox, sources=given,
+            on_done=on_done,
         )  # fmt: skip
     target = out or source
     write_jsonl(target, [r.task for r in results])

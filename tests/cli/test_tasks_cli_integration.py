@@ -1,8 +1,10 @@
-"""`etude tasks synth | verify | grade` as a user runs them (typer's runner: not a
-terminal, so progress comes as lines), on real projects in real sandboxes."""
+"""`etude tasks synth | materialize | verify | grade | hints` as a user runs them (typer's
+runner: not a terminal, so progress comes as lines), on real projects and SWE-bench-style
+records in real sandboxes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from etude.tasks.materialize import TASKS_FILE
 from etude.tasks.task import read_jsonl
 from tests.conftest import skip_without_sandboxes
 from tests.tasks.layouts import TEXTBITS, tar_sdist, write
+from tests.tasks.upstream import git
 
 pytestmark = pytest.mark.integration
 
@@ -125,3 +128,87 @@ def test_grade_an_unknown_task_or_no_patch_is_a_clear_error(bundled):
     assert result.exit_code == 1 and "no task 'etude-mini.nope' in etude-mini" in result.output
     result = grade(bundled)
     assert result.exit_code == 1 and "exactly one of --patch FILE, --gold, --empty" in result.output
+
+
+BUGGY_AREA = "def rectangle(width, height):\n    return width + height\n"
+FIXED_AREA = "def rectangle(width, height):\n    return width * height\n"
+OLD_TESTS = (
+    "from shapes.area import rectangle\n\n\ndef test_square():\n    assert rectangle(2, 2) == 4\n"
+)
+NEW_TESTS = OLD_TESTS + "\n\ndef test_rectangle():\n    assert rectangle(2, 3) == 6\n"
+
+
+@pytest.fixture(scope="module")
+def swe_task(tmp_path_factory):
+    """acme/shapes as an upstream repository (the bug at the base commit, the fix and its
+    test in the commit after it) and its task as a SWE-bench JSONL record, written by hand:
+    the diffs are git's, the lists JSON text as SWE-bench stores them."""
+    root = tmp_path_factory.mktemp("checkouts") / "acme__shapes"
+    write(root, {"shapes/__init__.py": "", "shapes/area.py": BUGGY_AREA,
+                 "tests/test_area.py": OLD_TESTS})  # fmt: skip
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "rectangle area")
+    base = git(root, "rev-parse", "HEAD").stdout.strip()
+    write(root, {"shapes/area.py": FIXED_AREA, "tests/test_area.py": NEW_TESTS})
+    git(root, "commit", "-q", "-am", "fix rectangle area")
+    record = {
+        "instance_id": "acme__shapes-1",
+        "repo": "acme/shapes",
+        "base_commit": base,
+        "problem_statement": "rectangle(2, 3) returns 5; the area of a 2 by 3 rectangle is 6.",
+        "patch": git(root, "diff", base, "HEAD", "--", "shapes").stdout,
+        "test_patch": git(root, "diff", base, "HEAD", "--", "tests").stdout,
+        "FAIL_TO_PASS": json.dumps(["tests/test_area.py::test_rectangle"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_area.py::test_square"]),
+        "version": "1.0",
+        "environment_setup_commit": base,
+        "hints_text": "",
+        "created_at": "2024-01-01T00:00:00Z",
+    }
+    tasks = root.parent.parent / "shapes.jsonl"
+    tasks.write_text(json.dumps(record) + "\n")
+    return tasks, root, base
+
+
+def test_a_swe_bench_record_verifies_and_grades_from_its_repository(swe_task, tmp_path):
+    tasks, root, _ = swe_task
+    cache, source = tmp_path / "cache", f"acme/shapes={root}"
+    result = etude_tasks("verify", "--tasks", tasks, "--cache", cache)
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "acme/shapes: no repository sources given" in result.output
+
+    result = etude_tasks("verify", "--tasks", tasks, "--cache", cache, "--repository", source)
+    assert result.exit_code == 0 and "1 of 1 tasks verified" in result.output, result.output
+
+    result = etude_tasks("grade", tasks, "acme__shapes-1", "--gold", "--repository", source,
+                         "--cache", cache)  # fmt: skip
+    assert result.exit_code == 0 and "acme__shapes-1: score 1\n" in result.output, result.output
+    result = etude_tasks("grade", tasks, "acme__shapes-1", "--empty", "--repository", source,
+                         "--cache", cache)  # fmt: skip
+    assert result.exit_code == 0 and "acme__shapes-1: score 0\n" in result.output, result.output
+    assert outcomes(result.output, "FAIL_TO_PASS") == ["FAILED"]
+    assert outcomes(result.output, "PASS_TO_PASS") == ["passed"]
+
+
+def test_materialize_and_hints_take_the_same_sources(swe_task, tmp_path):
+    tasks, root, base = swe_task
+    cache = tmp_path / "cache"
+    # A directory of checkouts: acme__shapes is found in it.
+    result = etude_tasks("materialize", "--tasks", tasks, "--cache", cache,
+                         "--checkouts", tmp_path / "empty", "--checkouts", root.parent)  # fmt: skip
+    assert result.exit_code == 0 and f"1 repositories in {cache}" in result.output, result.output
+    [repository] = cache.iterdir()
+    assert git(repository, "log", "--all", "--format=%H").stdout.split() == [base]
+    assert (repository / "shapes" / "area.py").read_text() == BUGGY_AREA
+
+    hinted = tmp_path / "hinted.jsonl"
+    result = etude_tasks("hints", tasks, "--out", hinted, "--cache", tmp_path / "other",
+                         "--repository", f"acme/shapes={root}")  # fmt: skip
+    assert result.exit_code == 0 and "Hints for 1 of 1 tasks" in result.output, result.output
+    [task] = read_jsonl(hinted)
+    assert task.metadata["hints"]["function"] == "rectangle"
+    assert task.metadata["hints"]["path"] == "shapes/area.py"
+
+    result = etude_tasks("materialize", "--tasks", tasks, "--repository", str(root))
+    assert result.exit_code == 1 and "expected owner/name=PATH" in result.output
