@@ -13,8 +13,12 @@ each in a process of its own against the same redis-server:
 Engines, sandboxes, grading and the trainer's compute take simulated time; Redis, the
 orchestrator, GroupCollector, the rollout worker's agent loop, the router, weight updates
 and versions are the real code. Throughput and trainer idle are measured in the steady
-state (from the end of the first step). Every run must finish without a failed rollout,
-train at least three steps and keep its event loop punctual, or the benchmark fails.
+state: every sequence slot starts an episode at once, so the steady state begins once that
+first cohort has ended, at the end of the first step that ends after the run's p99 episode
+(`FleetResult.warmup_steps`); `trainer_idle_async_partial_with_warmup` counts from the end
+of the first step instead. Every run must finish without a failed rollout, train at least
+three steps (one of them after the warm-up) and keep its event loop punctual, or the
+benchmark fails.
 
     python loadtests/rollout_sim.py --json out.json          # full, ~11 min on 2 cores
     python loadtests/rollout_sim.py --quick                  # 2 engines, < 1 min
@@ -79,8 +83,11 @@ def check(name: str, result: FleetResult, size: Size) -> None:
     so busy that its lateness (simulated time is real time scaled) distorts episodes."""
     if result.failed_rollouts:
         raise FailedRun(f"{name}: {result.failed_rollouts} rollouts failed")
-    if result.steps < 3:
-        raise FailedRun(f"{name}: {result.steps} steps (3 or more make a steady state)")
+    if result.steps < 3 or result.steady_steps < 1:
+        raise FailedRun(
+            f"{name}: {result.steps} steps, {result.steady_steps} after the warm-up (3 or more"
+            " steps, one at least in the steady state): run longer"
+        )
     late = result.loop_lag_p99 * size.time_scale
     typical = percentile(result.episode_seconds, 50)
     if late > 0.025 * typical:
@@ -106,7 +113,8 @@ def run_one(name: str, schedule: str, routing: str, size: Size, scenario_name: s
     waits = " ".join(f"{w:.0f}" for w in result.step_waited)
     print(
         f"{name}: {result.steps} steps, {result.trained} trained,"
-        f" {time.perf_counter() - started:.0f} s; the trainer waited [{waits}] simulated s",
+        f" {time.perf_counter() - started:.0f} s; the trainer waited [{waits}] simulated s,"
+        f" {result.warmup_steps} steps of warm-up",
         flush=True,
     )
     return result
@@ -152,6 +160,10 @@ def figures(results: dict[str, FleetResult], size: Size) -> dict:
         out["trainer_idle_sync"] = metric(sync.trainer_idle, "fraction")
     if partial:
         out["trainer_idle_async_partial"] = metric(partial.trainer_idle, "fraction", target=0.10)
+        out["trainer_idle_async_partial_with_warmup"] = metric(
+            partial.trainer_idle_with_warmup, "fraction"
+        )
+        out["warmup_steps_async_partial"] = metric(partial.warmup_steps, "steps")
         out["staleness_p99_async_partial"] = metric(
             percentile([float(s) for s in partial.staleness], 99), "versions",
             target=MAX_STALENESS,

@@ -117,19 +117,47 @@ class FleetResult:
         return self.plan.schedule != "sync" or not any(self.staleness)
 
     @property
+    def warmup_steps(self) -> int:
+        """Steps of the warm-up. Every sequence slot starts an episode at once, so for a
+        while the episodes running are all of one age and finish together; the steady state
+        begins once that first cohort has ended: at the end of the first step that ends after
+        the run's p99 episode duration (the first step at least)."""
+        if not self.step_ends:
+            return 0
+        episodes = sorted(self.episode_seconds) or [0.0]
+        p99 = episodes[min(len(episodes) - 1, int(0.99 * len(episodes)))]
+        after = next((i for i, end in enumerate(self.step_ends) if end >= p99), None)
+        return len(self.step_ends) if after is None else after + 1
+
+    @property
+    def steady_steps(self) -> int:
+        return len(self.step_ends) - self.warmup_steps
+
+    def _window(self, first_step: int) -> float:
+        """Simulated seconds from the end of step `first_step` (1-based) to the last's end."""
+        if first_step < 1 or first_step >= len(self.step_ends):
+            return 0.0
+        return self.step_ends[-1] - self.step_ends[first_step - 1]
+
+    @property
     def steady_seconds(self) -> float:
-        """From the end of the first step (the pipeline filled) to the end of the last."""
-        return self.step_ends[-1] - self.step_ends[0] if len(self.step_ends) > 1 else 0.0
+        return self._window(self.warmup_steps)
 
     @property
     def throughput_per_hour(self) -> float:
         """Trajectories trained per simulated hour, in the steady state."""
-        return sum(self.step_trained[1:]) / max(self.steady_seconds, 1e-9) * 3600
+        trained = sum(self.step_trained[self.warmup_steps :])
+        return trained / max(self.steady_seconds, 1e-9) * 3600
 
     @property
     def trainer_idle(self) -> float:
-        """Share of the steady state the trainer waited for rollouts."""
-        return sum(self.step_waited[1:]) / max(self.steady_seconds, 1e-9)
+        """Share of the steady state the trainer waited for rollouts or weights."""
+        return sum(self.step_waited[self.warmup_steps :]) / max(self.steady_seconds, 1e-9)
+
+    @property
+    def trainer_idle_with_warmup(self) -> float:
+        """The same from the end of the first step: the warm-up's waits included."""
+        return sum(self.step_waited[1:]) / max(self._window(1), 1e-9)
 
     @property
     def prefix_hit_rate(self) -> float:

@@ -16,7 +16,7 @@ import torch
 from etude.common.payloads import Trajectory
 from etude.inference.sim_backend import behaviour_logprob
 from etude.sim.scenario import EngineModel, EpisodeShapes, Scenario, Spread
-from etude.trainer.fleet import FleetPlan, SimulatedFleet
+from etude.trainer.fleet import FleetPlan, FleetResult, SimulatedFleet
 from etude.trainer.loss import importance_weights
 
 pytestmark = pytest.mark.integration
@@ -104,3 +104,23 @@ async def test_draining_updates_never_split_a_turn_between_versions(redis_url):
     # published before the first step), nothing older than k − max_staleness.
     for step, trajectory in trained:
         assert all(v >= step - 2 for t in turns(trajectory) for v in t)
+
+
+def test_the_steady_state_begins_once_the_first_cohort_of_episodes_has_ended():
+    """Figures that need no fleet: the warm-up ends with the first step that ends after the
+    p99 episode; idle and throughput count only the steps after it."""
+    result = FleetResult(
+        FleetPlan(),
+        episode_seconds=[100.0] * 99 + [250.0],  # p99: 250
+        step_ends=[120.0, 200.0, 300.0, 400.0, 500.0],
+        step_trained=[8, 8, 8, 8, 8],
+        step_waited=[120.0, 60.0, 40.0, 10.0, 10.0],
+    )
+    assert result.warmup_steps == 3 and result.steady_steps == 2  # step 3 ends at 300 ≥ 250
+    assert result.steady_seconds == 200.0
+    assert result.trainer_idle == pytest.approx(20 / 200)
+    assert result.throughput_per_hour == pytest.approx(16 / 200 * 3600)
+    assert result.trainer_idle_with_warmup == pytest.approx(120 / 380)
+    never = FleetResult(FleetPlan(), episode_seconds=[900.0], step_ends=[100.0, 200.0],
+                        step_trained=[8, 8], step_waited=[1.0, 1.0])  # fmt: skip
+    assert never.steady_steps == 0 and never.steady_seconds == 0.0
