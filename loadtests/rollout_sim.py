@@ -21,7 +21,7 @@ three steps (one of them after the warm-up) and keep its event loop punctual, or
 benchmark fails.
 
     python loadtests/rollout_sim.py --json out.json          # full, ~11 min on 2 cores
-    python loadtests/rollout_sim.py --quick                  # 2 engines, < 1 min
+    python loadtests/rollout_sim.py --quick                  # 2 engines, under a minute
     python loadtests/rollout_sim.py --quick --scenario local # the local run's calibration
 
 At 1,024 engines the agent loops would need dozens of cores: loadtests/orchestrator_scale.py
@@ -64,7 +64,7 @@ class Size:
 # carried over) is a small part of the steady state measured.
 FULL = Size(engines=16, groups_per_step=64, over_provision=128, simulated_seconds=5400,
             time_scale=20)  # fmt: skip
-QUICK = Size(engines=2, groups_per_step=8, over_provision=24, simulated_seconds=3000,
+QUICK = Size(engines=2, groups_per_step=8, over_provision=24, simulated_seconds=4500,
              time_scale=190)  # fmt: skip
 RUNS = (
     ("sync", "sync", "load_aware"),
