@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -40,9 +41,16 @@ from etude.tasks.materialize import (
     build_buggy_repository,
     materialize,
 )
+from etude.tasks.provisioning import ENVIRONMENTS_DIR
+from etude.tasks.pyenv import PackageSource
 from etude.tasks.repo import PatchError
 from etude.tasks.sources import RepositorySources, is_repository_name
 from etude.tasks.synth import sources
+from etude.tasks.synth.environment import (
+    EnvironmentBuildError,
+    ProjectEnvironment,
+    project_environment,
+)
 from etude.tasks.synth.synthesize import (
     Baseline,
     Project,
@@ -145,7 +153,9 @@ class _SynthProgress:
     def line(self, text: str) -> None:
         console.print(text, markup=False, highlight=False)
 
-    def project(self, project: Project, baseline: Baseline, total: int):
+    def project(
+        self, project: Project, baseline: Baseline, total: int, project_uses_environment: bool
+    ):
         """The callback `kept_mutants` reports each tried mutant to."""
         self.line(
             f"{project.name}: {len(baseline.passing)} tests pass unmutated "
@@ -162,6 +172,18 @@ class _SynthProgress:
             self.line(f"{project.name}: left out {test}: {why.splitlines()[0][:200]}")
         if len(shown) > 10:
             self.line(f"{project.name}: left out {len(shown) - 10} more")
+        if missing := baseline.missing_modules:
+            # A dependency the suite's Python lacks: those tests make no tasks, and the
+            # code only they import is mutated in vain.
+            named = ", ".join(f"{m} ({n} modules)" for m, n in sorted(missing.items()))
+            where = (
+                "its environment lacks them: add --requirements FILE or --pip-package SPEC"
+                if project_uses_environment
+                else "give it an environment: --environment, --wheelhouse DIR or --index-url "
+                "URL, with --requirements FILE for its test dependencies"
+            )
+            self.line(f"{project.name}: test modules need what is not installed: {named}; "
+                      f"{where}")  # fmt: skip
         for note in project.suite.notes:
             self.line(f"{project.name}: {note}")
         started = last = time.monotonic()
@@ -209,16 +231,57 @@ def synth(
     max_failing: Annotated[int, typer.Option(help="Most tests a kept bug may fail.")] = 8,
     seed: Annotated[int, typer.Option(help="Fixes which mutations are tried first.")] = 0,
     timeout: Annotated[
-        float, typer.Option(help="Seconds a mutant's suite may run (at least 3x the suite's).")
+        float, typer.Option(help="Seconds a mutant's suite may run (at least 5x the suite's).")
     ] = 15.0,
     workers: Annotated[int, typer.Option(help="Suites run at once.")] = os.cpu_count() or 1,
+    max_tries: Annotated[
+        int, typer.Option(help="Mutants tried per project at most (0: every candidate).")
+    ] = 0,
+    time_limit: Annotated[
+        float, typer.Option(help="Seconds spent trying each project's mutants (0: no limit).")
+    ] = 0.0,
+    environment: Annotated[
+        bool,
+        typer.Option(
+            "--environment",
+            help="Run a --path project's suite in a Python environment of its dependencies, "
+            "built with pip (implied by the next four options).",
+        ),
+    ] = False,
+    wheelhouse: Annotated[
+        Path | None, typer.Option(help="Build the environment from this directory of wheels only.")
+    ] = None,
+    index_url: Annotated[
+        str | None, typer.Option(help="Build the environment from this package index.")
+    ] = None,
+    requirements: Annotated[
+        list[str],
+        typer.Option(help="A requirements file of the project (its test dependencies)."),
+    ] = [],  # noqa: B006
+    pip_package: Annotated[
+        list[str], typer.Option(help="A package the tests need besides, as pip names it.")
+    ] = [],  # noqa: B006
+    cache: Annotated[Path, typer.Option(help="Where environments go (its envs/ folder).")] = Path(
+        ".etude/tasks"
+    ),
 ) -> None:
     """Mutate projects, keep bugs their tests catch, write SWE-bench-style records."""
     if not project and not path:
         project = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "tests").is_dir())
     if path and out.resolve() in {f.resolve() for f in BUNDLED_TASK_FILES}:
         raise _fail(f"{out} is a bundled task set: write tasks of --path projects elsewhere")
-    options = SynthOptions(seed, per_project, max_failing, timeout, workers, HELD_OUT)
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        raise _fail(f"--wheelhouse {wheelhouse}: no such directory")
+    wanted = ProjectEnvironment(
+        PackageSource(wheelhouse, index_url), tuple(requirements), tuple(pip_package)
+    )
+    environment = environment or wanted != ProjectEnvironment()
+    if environment and not path:
+        raise _fail("--environment and its options are for --path projects")
+    options = SynthOptions(
+        seed, per_project, max_failing, timeout, workers, HELD_OUT,
+        max_tries=max_tries, time_limit_s=time_limit,
+    )  # fmt: skip
     bwrap, sandbox = _grading_sandbox()
     counts = {"train": 0, "held_out": 0}
     failed = []
@@ -227,15 +290,21 @@ def synth(
         with out.open("w") as lines:
             for item in [*_bundled(project), *given]:
                 try:
-                    baseline = run_baseline(item, options, bwrap, sandbox)
-                except SuiteError as error:
+                    item_options = options
+                    if environment and item.origin is not None:
+                        item_options = _with_environment(item, options, wanted, cache, progress)
+                    baseline = run_baseline(item, item_options, bwrap, sandbox)
+                except (SuiteError, EnvironmentBuildError) as error:
                     console.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
                     failed.append(item.name)
                     continue
                 total = len(candidates(item, seed))
-                on_tried = progress.project(item, baseline, total)
-                for kept in kept_mutants(item, options, bwrap, on_tried, sandbox, baseline):
-                    task = _with_commit(item, kept, options)
+                if max_tries:
+                    total = min(total, max_tries)
+                uses_environment = item_options.python_environment is not None
+                on_tried = progress.project(item, baseline, total, uses_environment)
+                for kept in kept_mutants(item, item_options, bwrap, on_tried, sandbox, baseline):
+                    task = _with_commit(item, kept, item_options)
                     _write_line(lines, task)
                     counts[task.split] = counts.get(task.split, 0) + 1
                     progress.line(f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})")
@@ -246,6 +315,22 @@ def synth(
     )
     if failed:
         raise typer.Exit(1)
+
+
+def _with_environment(
+    project: Project,
+    options: SynthOptions,
+    wanted: ProjectEnvironment,
+    cache: Path,
+    progress: _SynthProgress,
+) -> SynthOptions:
+    """`options` with the project's Python environment (built unless already there) and the
+    install specification its tasks record."""
+    progress.line(f"{project.name}: building its Python environment with pip")
+    started = time.monotonic()
+    root = project_environment(project, wanted, cache / ENVIRONMENTS_DIR)
+    progress.line(f"{project.name}: environment {root} ({time.monotonic() - started:.0f}s)")
+    return dataclasses.replace(options, python_environment=root, setup=wanted.setup)
 
 
 def _with_commit(project: Project, kept, options: SynthOptions) -> Task:
