@@ -53,5 +53,6 @@ def project_environment(
         id=project.name, repo=project.name, base_commit=project.hash, instruction="",
         test_patch="", fail_to_pass=(), pass_to_pass=(), setup=wanted.setup,
     )  # fmt: skip
-    return build_environment(stand_in, project.root, envs_dir, wanted.packages,
+    # Absolute: pip is pointed at the environment's python from another directory.
+    return build_environment(stand_in, project.root, envs_dir.resolve(), wanted.packages,
                              timeout_s=timeout_s).root  # fmt: skip
