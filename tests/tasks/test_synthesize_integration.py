@@ -108,3 +108,15 @@ async def test_each_layout_makes_tasks_that_verify_from_their_source(tmp_path, b
     sources = RepositorySources(projects=(path,))
     [verdict] = await verify_all([task], tmp_path / "cache", bwrap, sources=sources)
     assert verdict.ok, verdict.problem
+
+
+def test_the_limits_bound_the_tries(tiny_project, bwrap):
+    project = load_project(tiny_project)
+    tried = []
+    options = SynthOptions(per_project=20, max_tries=3, workers=2)
+    kept = list(kept_mutants(project, options, bwrap, lambda t, k, o: tried.append(t)))
+    assert tried == [1, 2, 3] and len(kept) <= 3
+    tried.clear()
+    out_of_time = SynthOptions(per_project=20, time_limit_s=1e-9, workers=2)
+    assert list(kept_mutants(project, out_of_time, bwrap, lambda t, k, o: tried.append(t))) == []
+    assert tried == []
