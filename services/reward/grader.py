@@ -15,6 +15,7 @@ with `the suite could not run: …`: a broken fix, not a forgery.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 import tempfile
@@ -75,6 +76,7 @@ class Grader:
         sources = self.sources
         if provisioning is not None:
             sources = provisioning.sources.with_checkouts(self.config.checkouts_dir)
+            provisioning = dataclasses.replace(provisioning, sources=sources)
         cache_dir, projects_dir = self.config.cache_dir, self.config.projects_dir
         async with self._materialize_lock:  # two graders must not build one repository
             base = await asyncio.to_thread(

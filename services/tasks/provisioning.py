@@ -8,8 +8,9 @@ registered with its task set (etude.tasks.taskset.RunTasks) so that rollout work
 trainer's own episodes and the reward service prepare a task alike, wherever they run.
 
 Preparing a task builds its repository (etude.tasks.materialize) and, where the run wants
-one, its environment (etude.tasks.pyenv) under the same cache directory (`<cache>/envs`);
-both are built once and found again by later calls, from any process.
+one, its environment (`python_environment`, etude.tasks.pyenv) under the same cache
+directory (`<cache>/envs`); both are built once and found again by later calls, from any
+process.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from etude.common.run_config import TasksConfig
-from etude.tasks.materialize import BUNDLED_PREFIX, PROJECTS_DIR, materialize
+from etude.tasks.materialize import BUNDLED_PREFIX, PROJECTS_DIR
 from etude.tasks.pyenv import PackageSource, environment_for
 from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Task
@@ -122,15 +123,3 @@ def python_environment(
         sources=provisioning.sources, projects_dir=projects_dir,
     )  # fmt: skip
     return built.root
-
-
-def prepare(
-    task: Task,
-    provisioning: TaskProvisioning,
-    cache_dir: Path,
-    projects_dir: Path = PROJECTS_DIR,
-) -> PreparedTask:
-    """The task's repository and, where the run wants one, its Python environment, both
-    under `cache_dir` (blocking: it may run git and pip)."""
-    repository = materialize(task, cache_dir, projects_dir, sources=provisioning.sources)
-    return PreparedTask(repository, python_environment(task, provisioning, cache_dir, projects_dir))

@@ -7,11 +7,13 @@ services over gRPC on loopback, bubblewrap sandboxes.
   pytest` runs the project's tests, and the environment cannot be written to;
 * the reward service grades the gold patch 1 and the untouched session 0 (the suite ran:
   the FAIL_TO_PASS test failed, the PASS_TO_PASS one passed);
-* a run that turns environments off gets 0 with the import error as the reason.
+* a run that turns environments off gets 0 with the import error as the reason;
+* a run whose repository the reward service has no source of cannot be graded at all.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 
@@ -24,6 +26,7 @@ from etude.common.grpc_server import ServiceRuntime
 from etude.common.run_config import TasksConfig
 from etude.common.settings import ClientSettings, GrpcSettings
 from etude.common.toolcalls import ToolCall
+from etude.reward.client import GrpcReward, TaskUngradableError
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.reward.server import RewardServicer, registration
@@ -120,6 +123,19 @@ async def test_a_task_needing_a_package_etude_lacks_runs_and_grades_in_its_envir
                 without = await score(
                     runtime.address, asked(patch=task.gold_patch, run_id="no-env-run")
                 )
+                # A run whose repository this machine has no source of: no grading can
+                # succeed, and the client says so (a rollout worker fails the run on it).
+                moved = dataclasses.replace(task, id="acme__moved-1", repo="acme/moved")
+                gone = tmp_path / "upstream" / "gone"
+                await runs.ensure("moved-run", TasksConfig(
+                    taskset="moved.jsonl", sources={"repositories": {"acme/moved": gone}},
+                ), [moved])  # fmt: skip
+                client_of_moved = GrpcReward(runtime.address, run_id="moved-run")
+                try:
+                    with pytest.raises(TaskUngradableError, match=f"{gone} is not a git repo"):
+                        await client_of_moved.score(moved.id, patch=task.gold_patch)
+                finally:
+                    await client_of_moved.close()
             finally:
                 await runtime.shutdown()
     finally:
