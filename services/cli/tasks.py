@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import random
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -217,6 +218,23 @@ class _SynthProgress:
         self.line(f"{name}: kept {kept} of {self.wanted}, tried {tried} of {self.total}{slow}")
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (`timeout`, a cancelled CI job, `kill`) stops the command as Ctrl-C does,
+    through its `with` blocks: the synthesizer's worker processes are shut down and the
+    tasks kept so far stay written. Left to the default, only this process dies, and its
+    pool's workers wait forever on a queue nobody reads."""
+
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _write_line(out, task: Task) -> None:
     out.write(json.dumps(task.to_swe(), sort_keys=True) + "\n")
     out.flush()  # kept tasks are on disk as they are found: a stopped run keeps them
@@ -285,30 +303,42 @@ def synth(
     bwrap, sandbox = _grading_sandbox()
     counts = {"train": 0, "held_out": 0}
     failed = []
-    with _opened(path) as given, _SynthProgress(per_project) as progress:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w") as lines:
-            for item in [*_bundled(project), *given]:
-                try:
-                    item_options = options
-                    if environment and item.origin is not None:
-                        item_options = _with_environment(item, options, wanted, cache, progress)
-                    baseline = run_baseline(item, item_options, bwrap, sandbox)
-                except (SuiteError, EnvironmentBuildError) as error:
-                    console.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
-                    failed.append(item.name)
-                    continue
-                total = len(candidates(item, seed))
-                if max_tries:
-                    total = min(total, max_tries)
-                uses_environment = item_options.python_environment is not None
-                on_tried = progress.project(item, baseline, total, uses_environment)
-                for kept in kept_mutants(item, item_options, bwrap, on_tried, sandbox, baseline):
-                    task = _with_commit(item, kept, item_options)
-                    _write_line(lines, task)
-                    counts[task.split] = counts.get(task.split, 0) + 1
-                    progress.line(f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})")
-                progress.done(item)
+    try:
+        with (
+            _terminate_as_interrupt(),
+            _opened(path) as given,
+            _SynthProgress(per_project) as progress,
+        ):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with out.open("w") as lines:
+                for item in [*_bundled(project), *given]:
+                    try:
+                        item_options = options
+                        if environment and item.origin is not None:
+                            item_options = _with_environment(item, options, wanted, cache, progress)
+                        baseline = run_baseline(item, item_options, bwrap, sandbox)
+                    except (SuiteError, EnvironmentBuildError) as error:
+                        console.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
+                        failed.append(item.name)
+                        continue
+                    total = len(candidates(item, seed))
+                    if max_tries:
+                        total = min(total, max_tries)
+                    uses_environment = item_options.python_environment is not None
+                    on_tried = progress.project(item, baseline, total, uses_environment)
+                    for kept in kept_mutants(
+                        item, item_options, bwrap, on_tried, sandbox, baseline
+                    ):
+                        task = _with_commit(item, kept, item_options)
+                        _write_line(lines, task)
+                        counts[task.split] = counts.get(task.split, 0) + 1
+                        progress.line(
+                            f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})"
+                        )
+                    progress.done(item)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (_terminate_as_interrupt)
+        console.print(f"Stopped: the {sum(counts.values())} tasks kept so far are in {out}.")
+        raise typer.Exit(130) from None
     count = sum(counts.values())
     console.print(
         f"Wrote {count} tasks to {out} ({counts['train']} train, {counts['held_out']} held out)."

@@ -4,7 +4,13 @@ records in real sandboxes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +138,45 @@ def test_synth_a_project_whose_tests_need_a_package_etude_lacks(tmp_path):
     assert result.exit_code == 1 and "no requirements file nope.txt in the project" in (
         result.output
     ), result.output
+
+
+def test_a_terminated_synth_keeps_its_tasks_and_leaves_no_worker_behind(tmp_path):
+    """SIGTERM (`timeout`, a cancelled CI job) ends the run as Ctrl-C does; by default only
+    the parent would die, its pool's workers blocked for ever on a queue nobody reads."""
+    archive = tar_sdist(tmp_path, "tb-1.2.0", TEXTBITS)
+    out, log = tmp_path / "mine.jsonl", (tmp_path / "log").open("w+")
+    synth = subprocess.Popen(
+        [sys.executable, "-m", "etude.cli", "tasks", "synth", "--path", archive, "--out", out,
+         "--per-project", "1000", "--workers", "2"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "kept textbits." not in (tmp_path / "log").read_text():
+            assert synth.poll() is None and time.monotonic() < deadline, log.read()
+            time.sleep(0.2)
+        synth.send_signal(signal.SIGTERM)
+        assert synth.wait(timeout=60) == 130
+        # Nothing of the run's process group is left (its workers would be).
+        assert not _group_alive(synth.pid, within_s=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(synth.pid, signal.SIGKILL)  # whatever the test failed to stop
+    said = (tmp_path / "log").read_text()
+    assert "Stopped: the " in said and "Traceback" not in said, said
+    assert len(list(read_jsonl(out))) >= 1
+
+
+def _group_alive(group: int, within_s: float) -> bool:
+    """Whether a process of `group` still runs after `within_s` seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -312,35 +312,39 @@ def kept_mutants(
     deadline = time.monotonic() + options.time_limit_s if options.time_limit_s else None
     kept, tried, timed_out, diffs = 0, 0, 0, set()
     with ProcessPoolExecutor(max_workers=options.workers) as pool:
-        # Submit a window at a time and read results in candidate order: the kept set
-        # depends on the seed only, not on which worker finished first.
-        window = options.workers * 2
-        pending = []
-        index = 0
-        while kept < options.per_project and (pending or index < len(order)):
-            if deadline is not None and time.monotonic() >= deadline:
-                break  # out of time: no other mutant starts (those running end first)
-            while len(pending) < window and index < len(order):
-                mutation = order[index]
-                future = pool.submit(
-                    _run_mutant, project, mutation, bwrap, sandbox, baseline.mutant_timeout_s,
-                    options.python_environment,
-                )  # fmt: skip
-                pending.append((mutation, future))
-                index += 1
-            mutation, future = pending.pop(0)
-            run = future.result()
-            tried += 1
-            timed_out += run.timed_out
-            verdict = judge(baseline, run, options.max_failing)
-            diff_key = (mutation.path, mutation.start, mutation.end, mutation.replacement)
-            if verdict is not None and diff_key not in diffs:
-                diffs.add(diff_key)
-                kept += 1
-                yield Kept(mutation, verdict[0], verdict[1], run.messages)
-            on_tried(tried, kept, timed_out)
-        for _mutation, future in pending:
-            future.cancel()
+        pending: list[tuple[Mutation, Future[TestRun]]] = []
+        try:
+            # Submit a window at a time and read results in candidate order: the kept set
+            # depends on the seed only, not on which worker finished first.
+            window = options.workers * 2
+            index = 0
+            while kept < options.per_project and (pending or index < len(order)):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break  # out of time: no other mutant starts (those running end first)
+                while len(pending) < window and index < len(order):
+                    mutation = order[index]
+                    future = pool.submit(
+                        _run_mutant, project, mutation, bwrap, sandbox, baseline.mutant_timeout_s,
+                        options.python_environment,
+                    )  # fmt: skip
+                    pending.append((mutation, future))
+                    index += 1
+                mutation, future = pending.pop(0)
+                run = future.result()
+                tried += 1
+                timed_out += run.timed_out
+                verdict = judge(baseline, run, options.max_failing)
+                diff_key = (mutation.path, mutation.start, mutation.end, mutation.replacement)
+                if verdict is not None and diff_key not in diffs:
+                    diffs.add(diff_key)
+                    kept += 1
+                    yield Kept(mutation, verdict[0], verdict[1], run.messages)
+                on_tried(tried, kept, timed_out)
+        finally:
+            # Also when the caller stops early (a signal, a closed generator): the mutants
+            # not started yet never run, so the pool shuts down once those running end.
+            for _mutation, future in pending:
+                future.cancel()
 
 
 def instruction(project: str, failing: list[str], messages: dict[str, str]) -> str:
