@@ -24,6 +24,7 @@ from tests.conftest import skip_without_sandboxes
 from tests.tasks.layouts import (
     BROKEN_CONFTEST,
     OLD_HOOK_CONFTEST,
+    SELF_VERSIONED,
     TEXTBITS,
     tar_sdist,
     write,
@@ -91,6 +92,9 @@ def test_synth_verify_and_grade_a_project_from_its_sdist(tmp_path):
          "conftest 'tests/conftest.py' does not import: ModuleNotFoundError: No module named "
          "'not_an_installed_module' (a dependency the suite's Python lacks: build the project "
          "an environment with --environment"),
+        (lambda d: write(d / "sv", SELF_VERSIONED),
+         "PackageNotFoundError: No package metadata was found for selfversion (the project "
+         "reads its own installed package metadata"),
     ],
 )  # fmt: skip
 def test_unusable_projects_are_clear_errors(tmp_path, make, message):

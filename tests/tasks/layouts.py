@@ -14,7 +14,7 @@
   the project declares (tests/tasks/tiny_projects.py builds it and its wheelhouse).
 - Suites pytest cannot start: a conftest.py with a hook of an older pytest
   (`pytest_ignore_collect(path, config)`, as boltons 25.0 has it), a conftest.py that
-  imports what is not installed.
+  imports what is not installed; a package that reads its own installed metadata.
 
 Each is written from the dicts below (a file here per file there would be collected as
 this repository's own tests).
@@ -376,6 +376,15 @@ OLD_HOOK_CONFTEST = {
     "tests/test_lib.py": "from lib import answer\n\n\ndef test_it():\n    assert answer() == 42\n",
 }
 BROKEN_CONFTEST = {**OLD_HOOK_CONFTEST, "tests/conftest.py": "import not_an_installed_module\n"}
+# Reads its version from its installed metadata at import, as humanize 4.9 (and many a
+# hatch or setuptools-scm project) does: its suite, run on its source, cannot import it.
+SELF_VERSIONED = {
+    "pyproject.toml": '[project]\nname = "selfversion"\nversion = "1.0"\n',
+    "selfversion/__init__.py": (
+        "import importlib.metadata\n\n__version__ = importlib.metadata.version(__name__)\n"
+    ),
+    "tests/test_version.py": "import selfversion\n\n\ndef test_it():\n    assert selfversion\n",
+}
 
 
 def write_statbits(root: Path) -> Path:
