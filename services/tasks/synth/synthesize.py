@@ -14,6 +14,7 @@ taken in candidate order.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import random
@@ -347,11 +348,26 @@ def kept_mutants(
                     kept += 1
                     yield Kept(mutation, verdict[0], verdict[1], run.messages)
                 on_tried(tried, kept, timed_out)
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM, an error of the caller's): the mutants running
+            # may have minutes left, so their workers are stopped rather than waited for.
+            _kill_workers(pool)
+            raise
         finally:
-            # Also when the caller stops early (a signal, a closed generator): the mutants
-            # not started yet never run, so the pool shuts down once those running end.
+            # Also when the caller stops early (a closed generator): the mutants not started
+            # yet never run, so the pool shuts down once those running end.
             for _mutation, future in pending:
                 future.cancel()
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's worker processes: a worker catches an interrupt of the mutant it runs
+    and goes on with the next one. Their sandboxes die with them (bwrap --die-with-parent).
+    Python has no public way before 3.14 (`kill_workers`), hence the private mapping."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def instruction(project: str, failing: list[str], messages: dict[str, str]) -> str:
