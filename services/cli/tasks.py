@@ -457,6 +457,7 @@ def verify(
     if sample:
         selected = random.Random(seed).sample(selected, min(sample, len(selected)))
     given = _sources(selected, path, checkouts, repository)
+    _note_environments(selected)
     failed: list[Verdict] = []
     with Progress(*_bar_columns(), console=console) as progress:
         bar = progress.add_task("verifying", total=len(selected), tried=0)
@@ -479,6 +480,22 @@ def verify(
         )
     console.print(f"{len(selected) - len(failed)} of {len(selected)} tasks verified.")
     raise typer.Exit(1 if failed else 0)
+
+
+def _note_environments(tasks: list[Task]) -> None:
+    """Tasks whose tests need a Python environment fail here with a missing import: say
+    why before they do (the grader builds environments only for a run's tasks)."""
+    wanting = [
+        t for t in tasks if t.metadata.get("python_environment") or t.setup.to_install_config()
+    ]  # fmt: skip
+    if wanting:
+        console.print(
+            f"note: {len(wanting)} of {len(tasks)} tasks need a Python environment of their "
+            "project's packages, which this command does not build yet: it grades on the "
+            "Python etude runs on, so install those packages there (or grade through a run "
+            "with tasks.environments: auto).",
+            highlight=False,
+        )
 
 
 @app.command()
@@ -509,6 +526,7 @@ def grade(
     if gold and not diff:
         raise _fail(f"{task.id} has no gold patch")
     given = _sources([task], path, checkouts, repository)
+    _note_environments([task])
     bwrap, sandbox = _grading_sandbox()
     config = RewardConfig(cache_dir=cache, projects_dir=PROJECTS_DIR)
     try:

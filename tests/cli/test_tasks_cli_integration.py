@@ -137,6 +137,10 @@ def test_synth_a_project_whose_tests_need_a_package_etude_lacks(tmp_path):
     # One environment for the baseline and every mutant.
     [environment] = [p for p in (tmp_path / "cache" / "envs").iterdir() if p.is_dir()]
     assert environment.name.startswith("statbits@")
+    # verify grades on etude's own Python: it says so before the missing import fails it.
+    result = etude_tasks("verify", "--tasks", out, "--path", project, "--cache", tmp_path / "v")
+    assert result.exit_code == 1, result.output
+    assert "note: 1 of 1 tasks need a Python environment" in result.output
 
     result = etude_tasks("synth", "--path", project, "--out", out, "--requirements", "nope.txt")
     assert result.exit_code == 1 and "no requirements file nope.txt in the project" in (

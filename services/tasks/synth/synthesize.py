@@ -425,6 +425,10 @@ def to_task(project: Project, kept: Kept, options: SynthOptions, base_commit: st
         metadata["origin"] = dict(project.origin or {})
     if project.suite.notes:
         metadata["notes"] = project.suite.notes
+    if options.python_environment is not None:
+        # Its tests import more than the interpreter etude runs on has: say so, for the
+        # commands that grade on that interpreter.
+        metadata["python_environment"] = True
     return Task(
         id=f"etude-mini.{project.name}.{mutation.kind}.{digest}"
         if bundled
