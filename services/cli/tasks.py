@@ -15,7 +15,6 @@ import dataclasses
 import json
 import os
 import random
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,9 +24,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
+from etude.cli.synth_progress import SynthProgress, bar_columns, terminate_as_interrupt
 from etude.reward.config import RewardConfig
 from etude.reward.verify import Verdict, grade_patch, verify_all
 from etude.sandbox.bwrap import Bwrap, SandboxUnavailableError, configured_bwrap
@@ -53,7 +53,6 @@ from etude.tasks.synth.environment import (
     project_environment,
 )
 from etude.tasks.synth.synthesize import (
-    Baseline,
     Project,
     SuiteError,
     SynthOptions,
@@ -123,116 +122,6 @@ def _grading_sandbox() -> tuple[Bwrap | None, SandboxConfig]:
         return configured_bwrap(sandbox), sandbox
     except SandboxUnavailableError as error:
         raise _fail(str(error)) from None
-
-
-def _bar_columns(counter: str = "failed") -> tuple:
-    return (
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn(f"{counter} {{task.fields[tried]}}"), TimeElapsedColumn(),
-    )  # fmt: skip
-
-
-class _SynthProgress:
-    """A bar per project on a terminal; elsewhere (a log file, CI, a pipe) plain lines: the
-    baseline, a line per kept task and one every `every_s` seconds while trying."""
-
-    def __init__(self, wanted: int, every_s: float = 30.0) -> None:
-        self.wanted, self.every_s = wanted, every_s
-        self.bar = (
-            Progress(*_bar_columns("tried"), console=console) if console.is_terminal else None
-        )
-
-    def __enter__(self) -> _SynthProgress:
-        if self.bar is not None:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-
-    def line(self, text: str) -> None:
-        console.print(text, markup=False, highlight=False)
-
-    def project(
-        self, project: Project, baseline: Baseline, total: int, project_uses_environment: bool
-    ):
-        """The callback `kept_mutants` reports each tried mutant to."""
-        self.line(
-            f"{project.name}: {len(baseline.passing)} tests pass unmutated "
-            f"({baseline.run.seconds:.1f}s), {len(baseline.left_out)} left out; "
-            f"{total} candidate mutations, up to {baseline.mutant_timeout_s:.0f}s each"
-        )
-        # Skips are routine (an optional dependency, another platform); failures and modules
-        # that do not import are worth seeing one by one.
-        skipped = sum(why == "skipped" for why in baseline.left_out.values())
-        if skipped:
-            self.line(f"{project.name}: left out {skipped} skipped or xfailed tests")
-        shown = [(t, why) for t, why in baseline.left_out.items() if why != "skipped"]
-        for test, why in shown[:10]:
-            self.line(f"{project.name}: left out {test}: {why.splitlines()[0][:200]}")
-        if len(shown) > 10:
-            self.line(f"{project.name}: left out {len(shown) - 10} more")
-        if missing := baseline.missing_modules:
-            # A dependency the suite's Python lacks: those tests make no tasks, and the
-            # code only they import is mutated in vain.
-            named = ", ".join(f"{m} ({n} modules)" for m, n in sorted(missing.items()))
-            where = (
-                "its environment lacks them: add --requirements FILE or --pip-package SPEC"
-                if project_uses_environment
-                else "give it an environment: --environment, --wheelhouse DIR or --index-url "
-                "URL, with --requirements FILE for its test dependencies"
-            )
-            self.line(f"{project.name}: test modules need what is not installed: {named}; "
-                      f"{where}")  # fmt: skip
-        for note in project.suite.notes:
-            self.line(f"{project.name}: {note}")
-        started = last = time.monotonic()
-        bar = self.bar.add_task(project.name, total=self.wanted, tried=0) if self.bar else None
-
-        def on_tried(tried: int, kept: int, timed_out: int) -> None:
-            nonlocal last
-            if self.bar is not None:
-                self.bar.update(bar, completed=kept, tried=tried)
-            elif time.monotonic() - last >= self.every_s or tried == total:
-                last = time.monotonic()
-                # Many timeouts mean a busy machine or a slow suite, not bad mutants.
-                slow = f", {timed_out} ran past the time limit" if timed_out else ""
-                self.line(
-                    f"{project.name}: tried {tried} of {total}, kept {kept} of {self.wanted}"
-                    f"{slow} ({last - started:.0f}s)"
-                )
-            self.tally = (tried, kept, timed_out)
-
-        self.tally, self.total = (0, 0, 0), total
-        return on_tried
-
-    def done(self, project: Project) -> None:
-        tried, kept, timed_out = self.tally
-        slow = (
-            f"; {timed_out} ran past the time limit (a busy machine? raise --timeout)"
-            if timed_out > tried // 4
-            else ""
-        )
-        name = project.name
-        self.line(f"{name}: kept {kept} of {self.wanted}, tried {tried} of {self.total}{slow}")
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (`timeout`, a cancelled CI job, `kill`) stops the command as Ctrl-C does,
-    through its `with` blocks: the synthesizer's worker processes are shut down and the
-    tasks kept so far stay written. Left to the default, only this process dies, and its
-    pool's workers wait forever on a queue nobody reads."""
-
-    def interrupt(signum, frame) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _write_line(out, task: Task) -> None:
@@ -305,9 +194,9 @@ def synth(
     failed = []
     try:
         with (
-            _terminate_as_interrupt(),
+            terminate_as_interrupt(),
             _opened(path) as given,
-            _SynthProgress(per_project) as progress,
+            SynthProgress(console, per_project) as progress,
         ):
             out.parent.mkdir(parents=True, exist_ok=True)
             with out.open("w") as lines:
@@ -336,7 +225,7 @@ def synth(
                             f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})"
                         )
                     progress.done(item)
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (_terminate_as_interrupt)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
         console.print(f"Stopped: the {sum(counts.values())} tasks kept so far are in {out}.")
         raise typer.Exit(130) from None
     count = sum(counts.values())
@@ -352,7 +241,7 @@ def _with_environment(
     options: SynthOptions,
     wanted: ProjectEnvironment,
     cache: Path,
-    progress: _SynthProgress,
+    progress: SynthProgress,
 ) -> SynthOptions:
     """`options` with the project's Python environment (built unless already there) and the
     install specification its tasks record."""
@@ -459,7 +348,7 @@ def verify(
     given = _sources(selected, path, checkouts, repository)
     _note_environments(selected)
     failed: list[Verdict] = []
-    with Progress(*_bar_columns(), console=console) as progress:
+    with Progress(*bar_columns(), console=console) as progress:
         bar = progress.add_task("verifying", total=len(selected), tried=0)
 
         def on_done(verdict: Verdict) -> None:
@@ -565,7 +454,7 @@ def hints(
     given = _sources(selected, path, checkouts, repository)
     failed: list[HintResult] = []
     started = time.perf_counter()
-    with Progress(*_bar_columns(), console=console) as progress:
+    with Progress(*bar_columns(), console=console) as progress:
         bar = progress.add_task("hinting", total=len(selected), tried=0)
 
         def on_done(result: HintResult) -> None:
