@@ -4,7 +4,8 @@ Projects come from the bundled suite (`--project`) or from a path (`--path`: a p
 directory or an sdist); a task synthesized from a path records where it came from.
 `materialize`, `verify`, `grade` and `hints` build each task's repository from the sources
 given (one `RepositorySources`): the same `--path` for those, `--checkouts DIR` and
-`--repository owner/name=PATH` for SWE-bench-style tasks.
+`--repository owner/name=PATH` for SWE-bench-style tasks; `verify` and `grade` grade in
+Python environments as a run does (`--environment`; etude.cli.task_sources).
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ from rich.progress import Progress
 from rich.table import Table
 
 from etude.cli.synth_progress import SynthProgress, bar_columns, terminate_as_interrupt
+from etude.cli.task_sources import (
+    CacheOption,
+    CheckoutsOption,
+    EnvironmentOption,
+    IndexUrlOption,
+    PathsOption,
+    RepositoryOption,
+    WheelhouseOption,
+    console,
+    fail,
+    task_provisioning,
+    task_sources,
+)
 from etude.reward.config import RewardConfig
 from etude.reward.verify import Verdict, grade_patch, verify_all
 from etude.sandbox.bwrap import Bwrap, SandboxUnavailableError, configured_bwrap
@@ -45,7 +59,6 @@ from etude.tasks.materialize import (
 from etude.tasks.provisioning import ENVIRONMENTS_DIR
 from etude.tasks.pyenv import PackageSource
 from etude.tasks.repo import PatchError
-from etude.tasks.sources import RepositorySources, is_repository_name
 from etude.tasks.synth import sources
 from etude.tasks.synth.environment import (
     EnvironmentBuildError,
@@ -66,34 +79,8 @@ from etude.tasks.task import Task, read_jsonl, write_jsonl
 from etude.tasks.taskset import taskset_path
 
 app = typer.Typer(help="Coding tasks: synthesize them, build their repositories, list them.")
-# soft_wrap: a message is one line however narrow the terminal (paths and test ids stay
-# whole, and a log file can be grepped).
-console = Console(stderr=True, soft_wrap=True)
 
 HELD_OUT = HELD_OUT_PROJECTS
-PathsOption = Annotated[
-    list[Path],
-    typer.Option("--path", help="The project directory or sdist tasks were synthesized from."),
-]
-CacheOption = Annotated[Path, typer.Option(help="Where repositories go.")]
-CheckoutsOption = Annotated[
-    list[Path],
-    typer.Option(
-        "--checkouts",
-        help="A directory of git repositories for SWE-bench-style tasks (owner__name, "
-        "owner/name, either with .git).",
-    ),
-]
-RepositoryOption = Annotated[
-    list[str],
-    typer.Option("--repository", help="owner/name=PATH: the git repository of owner/name."),
-]
-
-
-def _fail(message: str) -> typer.Exit:
-    """An error the user can act on: one line, no traceback, exit status 1."""
-    console.print(f"[red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(1)
 
 
 @contextlib.contextmanager
@@ -103,14 +90,14 @@ def _opened(paths: list[Path]) -> Iterator[list[Project]]:
         try:
             yield [stack.enter_context(sources.opened(path)) for path in paths]
         except sources.SourceError as error:
-            raise _fail(str(error)) from None
+            raise fail(str(error)) from None
 
 
 def _bundled(names: list[str]) -> list[Project]:
     known = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "tests").is_dir())
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise _fail(f"no bundled project {', '.join(unknown)}; known: {', '.join(known)}")
+        raise fail(f"no bundled project {', '.join(unknown)}; known: {', '.join(known)}")
     return [load_project(PROJECTS_DIR / name, name) for name in names]
 
 
@@ -121,7 +108,7 @@ def _grading_sandbox() -> tuple[Bwrap | None, SandboxConfig]:
     try:
         return configured_bwrap(sandbox), sandbox
     except SandboxUnavailableError as error:
-        raise _fail(str(error)) from None
+        raise fail(str(error)) from None
 
 
 def _write_line(out, task: Task) -> None:
@@ -176,15 +163,15 @@ def synth(
     if not project and not path:
         project = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "tests").is_dir())
     if path and out.resolve() in {f.resolve() for f in BUNDLED_TASK_FILES}:
-        raise _fail(f"{out} is a bundled task set: write tasks of --path projects elsewhere")
+        raise fail(f"{out} is a bundled task set: write tasks of --path projects elsewhere")
     if wheelhouse is not None and not wheelhouse.is_dir():
-        raise _fail(f"--wheelhouse {wheelhouse}: no such directory")
+        raise fail(f"--wheelhouse {wheelhouse}: no such directory")
     wanted = ProjectEnvironment(
         PackageSource(wheelhouse, index_url), tuple(requirements), tuple(pip_package)
     )
     environment = environment or wanted != ProjectEnvironment()
     if environment and not path:
-        raise _fail("--environment and its options are for --path projects")
+        raise fail("--environment and its options are for --path projects")
     options = SynthOptions(
         seed, per_project, max_failing, timeout, workers, HELD_OUT,
         max_tries=max_tries, time_limit_s=time_limit,
@@ -260,33 +247,11 @@ def _with_commit(project: Project, kept, options: SynthOptions) -> Task:
     return to_task(project, kept, options, base_commit=commit)
 
 
-def _sources(
-    tasks: list[Task], paths: list[Path], checkouts: list[Path], repositories: list[str]
-) -> RepositorySources:
-    """Where the repositories of `tasks` come from, from the options; a task synthesized
-    from a path needs that project given again (`--path`), said before any work starts."""
-    needing = [t for t in tasks if t.metadata.get("origin")]
-    if needing and not paths:
-        origins = [t.metadata["origin"] for t in needing]
-        made_from = sorted({str(o.get("file") or o.get("path")) for o in origins})
-        raise _fail(
-            f"{len(needing)} tasks were synthesized from {', '.join(made_from)}: "
-            "pass it with --path"
-        )
-    named = {}
-    for value in repositories:
-        name, _, where = value.partition("=")
-        if not is_repository_name(name) or not where:
-            raise _fail(f"--repository {value}: expected owner/name=PATH")
-        named[name] = Path(where).expanduser()
-    return RepositorySources(named, tuple(checkouts), tuple(paths))
-
-
 def _read_tasks(source: str | Path) -> list[Task]:
     try:
         return list(read_jsonl(taskset_path(str(source))))
     except (FileNotFoundError, ValueError) as error:
-        raise _fail(str(error)) from None
+        raise fail(str(error)) from None
 
 
 @app.command("materialize")
@@ -300,13 +265,13 @@ def materialize_command(
 ) -> None:
     """Build each task's single-commit repository in the cache."""
     selected = [t for t in _read_tasks(tasks) if not task_id or t.id in task_id]
-    given = _sources(selected, path, checkouts, repository)
+    given = task_sources(selected, path, checkouts, repository)
     with Progress(console=console) as progress:
         for task in progress.track(selected, description="materializing"):
             try:
                 materialize(task, cache, sources=given)
             except (MaterializeError, PatchError) as error:
-                raise _fail(str(error)) from None
+                raise fail(str(error)) from None
     console.print(f"{len(selected)} repositories in {cache}")
 
 
@@ -340,13 +305,16 @@ def verify(
     path: PathsOption = [],  # noqa: B006
     checkouts: CheckoutsOption = [],  # noqa: B006
     repository: RepositoryOption = [],  # noqa: B006
+    environment: EnvironmentOption = None,
+    wheelhouse: WheelhouseOption = None,
+    index_url: IndexUrlOption = None,
 ) -> None:
     """Check that each task's bug fails its FAIL_TO_PASS tests and its gold patch fixes them."""
     selected = _read_tasks(tasks)
     if sample:
         selected = random.Random(seed).sample(selected, min(sample, len(selected)))
-    given = _sources(selected, path, checkouts, repository)
-    _note_environments(selected)
+    given = task_sources(selected, path, checkouts, repository)
+    provisioning = task_provisioning(selected, given, environment, wheelhouse, index_url)
     failed: list[Verdict] = []
     with Progress(*bar_columns(), console=console) as progress:
         bar = progress.add_task("verifying", total=len(selected), tried=0)
@@ -359,32 +327,17 @@ def verify(
         bwrap, sandbox = _grading_sandbox()
         try:
             asyncio.run(verify_all(
-                selected, cache, bwrap, workers, on_done=on_done, sandbox=sandbox, sources=given
+                selected, cache.resolve(), bwrap, workers, on_done=on_done, sandbox=sandbox,
+                provisioning=provisioning,
             ))  # fmt: skip
-        except (MaterializeError, PatchError) as error:
-            raise _fail(str(error)) from None
+        except (MaterializeError, PatchError, EnvironmentBuildError) as error:
+            raise fail(str(error)) from None
     for verdict in failed:
         console.print(
             f"[red]{escape(verdict.task_id)}[/]: {escape(verdict.problem)}", highlight=False
         )
     console.print(f"{len(selected) - len(failed)} of {len(selected)} tasks verified.")
     raise typer.Exit(1 if failed else 0)
-
-
-def _note_environments(tasks: list[Task]) -> None:
-    """Tasks whose tests need a Python environment fail here with a missing import: say
-    why before they do (the grader builds environments only for a run's tasks)."""
-    wanting = [
-        t for t in tasks if t.metadata.get("python_environment") or t.setup.to_install_config()
-    ]  # fmt: skip
-    if wanting:
-        console.print(
-            f"note: {len(wanting)} of {len(tasks)} tasks need a Python environment of their "
-            "project's packages, which this command does not build yet: it grades on the "
-            "Python etude runs on, so install those packages there (or grade through a run "
-            "with tasks.environments: auto).",
-            highlight=False,
-        )
 
 
 @app.command()
@@ -400,28 +353,33 @@ def grade(
     path: PathsOption = [],  # noqa: B006
     checkouts: CheckoutsOption = [],  # noqa: B006
     repository: RepositoryOption = [],  # noqa: B006
+    environment: EnvironmentOption = None,
+    wheelhouse: WheelhouseOption = None,
+    index_url: IndexUrlOption = None,
 ) -> None:
     """Grade one patch on one task as the reward service would: the score, each hidden
     test's outcome and the reward's components."""
     if sum((patch is not None, gold, empty)) != 1:
-        raise _fail("give exactly one of --patch FILE, --gold, --empty")
+        raise fail("give exactly one of --patch FILE, --gold, --empty")
     found = [t for t in _read_tasks(taskset) if t.id == instance_id]
     if not found:
-        raise _fail(f"no task {instance_id!r} in {taskset}")
+        raise fail(f"no task {instance_id!r} in {taskset}")
     task = found[0]
     if patch is not None and not patch.is_file():
-        raise _fail(f"{patch}: no such file")
+        raise fail(f"{patch}: no such file")
     diff = patch.read_text() if patch is not None else task.gold_patch if gold else ""
     if gold and not diff:
-        raise _fail(f"{task.id} has no gold patch")
-    given = _sources([task], path, checkouts, repository)
-    _note_environments([task])
+        raise fail(f"{task.id} has no gold patch")
+    given = task_sources([task], path, checkouts, repository)
+    provisioning = task_provisioning([task], given, environment, wheelhouse, index_url)
     bwrap, sandbox = _grading_sandbox()
-    config = RewardConfig(cache_dir=cache, projects_dir=PROJECTS_DIR)
+    config = RewardConfig(cache_dir=cache.resolve(), projects_dir=PROJECTS_DIR)
     try:
-        score = asyncio.run(grade_patch(task, diff, config, bwrap, sandbox, given))
-    except (MaterializeError, PatchError) as error:
-        raise _fail(str(error)) from None
+        score = asyncio.run(
+            grade_patch(task, diff, config, bwrap, sandbox, provisioning=provisioning)
+        )
+    except (MaterializeError, PatchError, EnvironmentBuildError) as error:
+        raise fail(str(error)) from None
     # Plain lines, not a table: test ids stay whole and greppable in any terminal width.
     error = f" (error: {score.error})" if score.error else ""
     typer.echo(f"{task.id}: score {score.reward:g}{error}")
@@ -451,7 +409,7 @@ def hints(
     and its source) into metadata.hints, for training at hint tiers 1-3."""
     source = taskset_path(taskset)
     selected = _read_tasks(source)
-    given = _sources(selected, path, checkouts, repository)
+    given = task_sources(selected, path, checkouts, repository)
     failed: list[HintResult] = []
     started = time.perf_counter()
     with Progress(*bar_columns(), console=console) as progress:

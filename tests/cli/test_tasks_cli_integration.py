@@ -137,10 +137,18 @@ def test_synth_a_project_whose_tests_need_a_package_etude_lacks(tmp_path):
     # One environment for the baseline and every mutant.
     [environment] = [p for p in (tmp_path / "cache" / "envs").iterdir() if p.is_dir()]
     assert environment.name.startswith("statbits@")
-    # verify grades on etude's own Python: it says so before the missing import fails it.
-    result = etude_tasks("verify", "--tasks", out, "--path", project, "--cache", tmp_path / "v")
-    assert result.exit_code == 1, result.output
-    assert "note: 1 of 1 tasks need a Python environment" in result.output
+    # The task says its tests ran in an environment: verify and grade build it one (once,
+    # from the same wheelhouse); without, the missing import fails it.
+    given = ("--path", project, "--cache", tmp_path / "v", "--wheelhouse", wheelhouse)
+    result = etude_tasks("verify", "--tasks", out, *given)
+    assert result.exit_code == 0 and "1 of 1 tasks verified" in result.output, result.output
+    assert "1 of 1 tasks are graded in a Python environment" in result.output
+    result = etude_tasks("grade", out, task.id, "--gold", *given)
+    assert result.exit_code == 0 and f"{task.id}: score 1" in result.output, result.output
+    result = etude_tasks("grade", out, task.id, "--empty", *given)
+    assert result.exit_code == 0 and f"{task.id}: score 0" in result.output, result.output
+    result = etude_tasks("verify", "--tasks", out, *given, "--no-environment")
+    assert result.exit_code == 1 and "No module named 'tinydep'" in result.output, result.output
 
     result = etude_tasks("synth", "--path", project, "--out", out, "--requirements", "nope.txt")
     assert result.exit_code == 1 and "no requirements file nope.txt in the project" in (
