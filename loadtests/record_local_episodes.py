@@ -65,6 +65,7 @@ from etude.rollout.agent import EpisodeRunner
 from etude.rollout.client import InProcessEpisodes, TaskCycle
 from etude.rollout.repositories import RepositoryCache
 from etude.rollout.samplers import PolicySampler, sampling_seed
+from etude.rollout.service import repositories_only
 from etude.sim.calibrate import EngineTimings, RecordedCall, RecordedEpisode
 from etude.tasks.materialize import PROJECTS_DIR
 from etude.tasks.task import Task
@@ -99,10 +100,13 @@ class TimedEnvironment:
         self.sessions: dict[str, Timings] = {}
 
     async def create_session(
-        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
-    ) -> OpenedSession:
+        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0, *,
+        python_environment: str = "",
+    ) -> OpenedSession:  # fmt: skip
         started = time.perf_counter()
-        opened = await self.inner.create_session(task_id, repository_path, idle_ttl_seconds)
+        opened = await self.inner.create_session(
+            task_id, repository_path, idle_ttl_seconds, python_environment=python_environment
+        )
         self.sessions[opened.session_id] = Timings(time.perf_counter() - started)
         return opened
 
@@ -188,7 +192,7 @@ async def record_episodes(
     async def attempt(request: RolloutRequest, task: Task, key: str) -> RecordedEpisode:
         timed = TimedEnvironment(environment, count_tokens, rollout.max_tool_output_chars)
         runner = EpisodeRunner(timed, TimedReward(reward, timed), tokenizer, rollout,
-                               repositories)  # fmt: skip
+                               repositories_only(repositories))  # fmt: skip
         sampler = PolicySampler(
             inference, tokenizer, key, temperature=rollout.temperature, top_p=rollout.top_p,
             seed=sampling_seed(rollout.seed, request),

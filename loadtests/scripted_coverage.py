@@ -35,6 +35,7 @@ from etude.reward.types import Score
 from etude.rollout.agent import EpisodeRunner
 from etude.rollout.demonstrations import collect_demonstrations
 from etude.rollout.scripted_styles import style_for, tier_styles
+from etude.rollout.service import repositories_only
 from etude.rollout.types import DROP_REASONS, Demonstrations
 from etude.sandbox.bwrap import find_bwrap
 from etude.sandbox.config import SandboxConfig
@@ -67,7 +68,7 @@ async def demonstrate(tasks: list[Task], tiers, variants: int, scratch: Path) ->
     grader = OnceGrader(environment, Grader(config, find_bwrap(None)), tasks)
     runner = EpisodeRunner(
         environment, grader, load_tokenizer(), RolloutConfig(),
-        lambda task: materialize(task, cache),
+        repositories_only(lambda task: materialize(task, cache)),
     )  # fmt: skip
     try:
         return await collect_demonstrations(

@@ -4,13 +4,15 @@ Projects come from the bundled suite (`--project`) or from a path (`--path`: a p
 directory or an sdist); a task synthesized from a path records where it came from.
 `materialize`, `verify`, `grade` and `hints` build each task's repository from the sources
 given (one `RepositorySources`): the same `--path` for those, `--checkouts DIR` and
-`--repository owner/name=PATH` for SWE-bench-style tasks.
+`--repository owner/name=PATH` for SWE-bench-style tasks; `verify` and `grade` grade in
+Python environments as a run does (`--environment`; etude.cli.task_sources).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -23,9 +25,23 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
+from etude.cli.synth_progress import SynthProgress, bar_columns, terminate_as_interrupt
+from etude.cli.task_sources import (
+    CacheOption,
+    CheckoutsOption,
+    EnvironmentOption,
+    IndexUrlOption,
+    PathsOption,
+    RepositoryOption,
+    WheelhouseOption,
+    console,
+    fail,
+    task_provisioning,
+    task_sources,
+)
 from etude.reward.config import RewardConfig
 from etude.reward.verify import Verdict, grade_patch, verify_all
 from etude.sandbox.bwrap import Bwrap, SandboxUnavailableError, configured_bwrap
@@ -40,11 +56,16 @@ from etude.tasks.materialize import (
     build_buggy_repository,
     materialize,
 )
+from etude.tasks.provisioning import ENVIRONMENTS_DIR
+from etude.tasks.pyenv import PackageSource
 from etude.tasks.repo import PatchError
-from etude.tasks.sources import RepositorySources, is_repository_name
 from etude.tasks.synth import sources
+from etude.tasks.synth.environment import (
+    EnvironmentBuildError,
+    ProjectEnvironment,
+    project_environment,
+)
 from etude.tasks.synth.synthesize import (
-    Baseline,
     Project,
     SuiteError,
     SynthOptions,
@@ -58,34 +79,8 @@ from etude.tasks.task import Task, read_jsonl, write_jsonl
 from etude.tasks.taskset import taskset_path
 
 app = typer.Typer(help="Coding tasks: synthesize them, build their repositories, list them.")
-# soft_wrap: a message is one line however narrow the terminal (paths and test ids stay
-# whole, and a log file can be grepped).
-console = Console(stderr=True, soft_wrap=True)
 
 HELD_OUT = HELD_OUT_PROJECTS
-PathsOption = Annotated[
-    list[Path],
-    typer.Option("--path", help="The project directory or sdist tasks were synthesized from."),
-]
-CacheOption = Annotated[Path, typer.Option(help="Where repositories go.")]
-CheckoutsOption = Annotated[
-    list[Path],
-    typer.Option(
-        "--checkouts",
-        help="A directory of git repositories for SWE-bench-style tasks (owner__name, "
-        "owner/name, either with .git).",
-    ),
-]
-RepositoryOption = Annotated[
-    list[str],
-    typer.Option("--repository", help="owner/name=PATH: the git repository of owner/name."),
-]
-
-
-def _fail(message: str) -> typer.Exit:
-    """An error the user can act on: one line, no traceback, exit status 1."""
-    console.print(f"[red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(1)
 
 
 @contextlib.contextmanager
@@ -95,14 +90,14 @@ def _opened(paths: list[Path]) -> Iterator[list[Project]]:
         try:
             yield [stack.enter_context(sources.opened(path)) for path in paths]
         except sources.SourceError as error:
-            raise _fail(str(error)) from None
+            raise fail(str(error)) from None
 
 
 def _bundled(names: list[str]) -> list[Project]:
     known = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "tests").is_dir())
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise _fail(f"no bundled project {', '.join(unknown)}; known: {', '.join(known)}")
+        raise fail(f"no bundled project {', '.join(unknown)}; known: {', '.join(known)}")
     return [load_project(PROJECTS_DIR / name, name) for name in names]
 
 
@@ -113,86 +108,7 @@ def _grading_sandbox() -> tuple[Bwrap | None, SandboxConfig]:
     try:
         return configured_bwrap(sandbox), sandbox
     except SandboxUnavailableError as error:
-        raise _fail(str(error)) from None
-
-
-def _bar_columns(counter: str = "failed") -> tuple:
-    return (
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn(f"{counter} {{task.fields[tried]}}"), TimeElapsedColumn(),
-    )  # fmt: skip
-
-
-class _SynthProgress:
-    """A bar per project on a terminal; elsewhere (a log file, CI, a pipe) plain lines: the
-    baseline, a line per kept task and one every `every_s` seconds while trying."""
-
-    def __init__(self, wanted: int, every_s: float = 30.0) -> None:
-        self.wanted, self.every_s = wanted, every_s
-        self.bar = (
-            Progress(*_bar_columns("tried"), console=console) if console.is_terminal else None
-        )
-
-    def __enter__(self) -> _SynthProgress:
-        if self.bar is not None:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-
-    def line(self, text: str) -> None:
-        console.print(text, markup=False, highlight=False)
-
-    def project(self, project: Project, baseline: Baseline, total: int):
-        """The callback `kept_mutants` reports each tried mutant to."""
-        self.line(
-            f"{project.name}: {len(baseline.passing)} tests pass unmutated "
-            f"({baseline.run.seconds:.1f}s), {len(baseline.left_out)} left out; "
-            f"{total} candidate mutations, up to {baseline.mutant_timeout_s:.0f}s each"
-        )
-        # Skips are routine (an optional dependency, another platform); failures and modules
-        # that do not import are worth seeing one by one.
-        skipped = sum(why == "skipped" for why in baseline.left_out.values())
-        if skipped:
-            self.line(f"{project.name}: left out {skipped} skipped or xfailed tests")
-        shown = [(t, why) for t, why in baseline.left_out.items() if why != "skipped"]
-        for test, why in shown[:10]:
-            self.line(f"{project.name}: left out {test}: {why.splitlines()[0][:200]}")
-        if len(shown) > 10:
-            self.line(f"{project.name}: left out {len(shown) - 10} more")
-        for note in project.suite.notes:
-            self.line(f"{project.name}: {note}")
-        started = last = time.monotonic()
-        bar = self.bar.add_task(project.name, total=self.wanted, tried=0) if self.bar else None
-
-        def on_tried(tried: int, kept: int, timed_out: int) -> None:
-            nonlocal last
-            if self.bar is not None:
-                self.bar.update(bar, completed=kept, tried=tried)
-            elif time.monotonic() - last >= self.every_s or tried == total:
-                last = time.monotonic()
-                # Many timeouts mean a busy machine or a slow suite, not bad mutants.
-                slow = f", {timed_out} ran past the time limit" if timed_out else ""
-                self.line(
-                    f"{project.name}: tried {tried} of {total}, kept {kept} of {self.wanted}"
-                    f"{slow} ({last - started:.0f}s)"
-                )
-            self.tally = (tried, kept, timed_out)
-
-        self.tally, self.total = (0, 0, 0), total
-        return on_tried
-
-    def done(self, project: Project) -> None:
-        tried, kept, timed_out = self.tally
-        slow = (
-            f"; {timed_out} ran past the time limit (a busy machine? raise --timeout)"
-            if timed_out > tried // 4
-            else ""
-        )
-        name = project.name
-        self.line(f"{name}: kept {kept} of {self.wanted}, tried {tried} of {self.total}{slow}")
+        raise fail(str(error)) from None
 
 
 def _write_line(out, task: Task) -> None:
@@ -209,43 +125,118 @@ def synth(
     max_failing: Annotated[int, typer.Option(help="Most tests a kept bug may fail.")] = 8,
     seed: Annotated[int, typer.Option(help="Fixes which mutations are tried first.")] = 0,
     timeout: Annotated[
-        float, typer.Option(help="Seconds a mutant's suite may run (at least 3x the suite's).")
+        float, typer.Option(help="Seconds a mutant's suite may run (at least 5x the suite's).")
     ] = 15.0,
     workers: Annotated[int, typer.Option(help="Suites run at once.")] = os.cpu_count() or 1,
+    max_tries: Annotated[
+        int, typer.Option(help="Mutants tried per project at most (0: every candidate).")
+    ] = 0,
+    time_limit: Annotated[
+        float, typer.Option(help="Seconds spent trying each project's mutants (0: no limit).")
+    ] = 0.0,
+    environment: Annotated[
+        bool,
+        typer.Option(
+            "--environment",
+            help="Run a --path project's suite in a Python environment of its dependencies, "
+            "built with pip (implied by the next four options).",
+        ),
+    ] = False,
+    wheelhouse: Annotated[
+        Path | None, typer.Option(help="Build the environment from this directory of wheels only.")
+    ] = None,
+    index_url: Annotated[
+        str | None, typer.Option(help="Build the environment from this package index.")
+    ] = None,
+    requirements: Annotated[
+        list[str],
+        typer.Option(help="A requirements file of the project (its test dependencies)."),
+    ] = [],  # noqa: B006
+    pip_package: Annotated[
+        list[str], typer.Option(help="A package the tests need besides, as pip names it.")
+    ] = [],  # noqa: B006
+    cache: Annotated[Path, typer.Option(help="Where environments go (its envs/ folder).")] = Path(
+        ".etude/tasks"
+    ),
 ) -> None:
     """Mutate projects, keep bugs their tests catch, write SWE-bench-style records."""
     if not project and not path:
         project = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "tests").is_dir())
     if path and out.resolve() in {f.resolve() for f in BUNDLED_TASK_FILES}:
-        raise _fail(f"{out} is a bundled task set: write tasks of --path projects elsewhere")
-    options = SynthOptions(seed, per_project, max_failing, timeout, workers, HELD_OUT)
+        raise fail(f"{out} is a bundled task set: write tasks of --path projects elsewhere")
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        raise fail(f"--wheelhouse {wheelhouse}: no such directory")
+    wanted = ProjectEnvironment(
+        PackageSource(wheelhouse, index_url), tuple(requirements), tuple(pip_package)
+    )
+    environment = environment or wanted != ProjectEnvironment()
+    if environment and not path:
+        raise fail("--environment and its options are for --path projects")
+    options = SynthOptions(
+        seed, per_project, max_failing, timeout, workers, HELD_OUT,
+        max_tries=max_tries, time_limit_s=time_limit,
+    )  # fmt: skip
     bwrap, sandbox = _grading_sandbox()
     counts = {"train": 0, "held_out": 0}
     failed = []
-    with _opened(path) as given, _SynthProgress(per_project) as progress:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w") as lines:
-            for item in [*_bundled(project), *given]:
-                try:
-                    baseline = run_baseline(item, options, bwrap, sandbox)
-                except SuiteError as error:
-                    console.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
-                    failed.append(item.name)
-                    continue
-                total = len(candidates(item, seed))
-                on_tried = progress.project(item, baseline, total)
-                for kept in kept_mutants(item, options, bwrap, on_tried, sandbox, baseline):
-                    task = _with_commit(item, kept, options)
-                    _write_line(lines, task)
-                    counts[task.split] = counts.get(task.split, 0) + 1
-                    progress.line(f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})")
-                progress.done(item)
+    try:
+        with (
+            terminate_as_interrupt(),
+            _opened(path) as given,
+            SynthProgress(console, per_project) as progress,
+        ):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with out.open("w") as lines:
+                for item in [*_bundled(project), *given]:
+                    try:
+                        item_options = options
+                        if environment and item.origin is not None:
+                            item_options = _with_environment(item, options, wanted, cache, progress)
+                        baseline = run_baseline(item, item_options, bwrap, sandbox)
+                    except (SuiteError, EnvironmentBuildError) as error:
+                        console.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
+                        failed.append(item.name)
+                        continue
+                    total = len(candidates(item, seed))
+                    if max_tries:
+                        total = min(total, max_tries)
+                    uses_environment = item_options.python_environment is not None
+                    on_tried = progress.project(item, baseline, total, uses_environment)
+                    for kept in kept_mutants(
+                        item, item_options, bwrap, on_tried, sandbox, baseline
+                    ):
+                        task = _with_commit(item, kept, item_options)
+                        _write_line(lines, task)
+                        counts[task.split] = counts.get(task.split, 0) + 1
+                        progress.line(
+                            f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})"
+                        )
+                    progress.done(item)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
+        console.print(f"Stopped: the {sum(counts.values())} tasks kept so far are in {out}.")
+        raise typer.Exit(130) from None
     count = sum(counts.values())
     console.print(
         f"Wrote {count} tasks to {out} ({counts['train']} train, {counts['held_out']} held out)."
     )
     if failed:
         raise typer.Exit(1)
+
+
+def _with_environment(
+    project: Project,
+    options: SynthOptions,
+    wanted: ProjectEnvironment,
+    cache: Path,
+    progress: SynthProgress,
+) -> SynthOptions:
+    """`options` with the project's Python environment (built unless already there) and the
+    install specification its tasks record."""
+    progress.line(f"{project.name}: building its Python environment with pip")
+    started = time.monotonic()
+    root = project_environment(project, wanted, cache / ENVIRONMENTS_DIR)
+    progress.line(f"{project.name}: environment {root} ({time.monotonic() - started:.0f}s)")
+    return dataclasses.replace(options, python_environment=root, setup=wanted.setup)
 
 
 def _with_commit(project: Project, kept, options: SynthOptions) -> Task:
@@ -256,33 +247,11 @@ def _with_commit(project: Project, kept, options: SynthOptions) -> Task:
     return to_task(project, kept, options, base_commit=commit)
 
 
-def _sources(
-    tasks: list[Task], paths: list[Path], checkouts: list[Path], repositories: list[str]
-) -> RepositorySources:
-    """Where the repositories of `tasks` come from, from the options; a task synthesized
-    from a path needs that project given again (`--path`), said before any work starts."""
-    needing = [t for t in tasks if t.metadata.get("origin")]
-    if needing and not paths:
-        origins = [t.metadata["origin"] for t in needing]
-        made_from = sorted({str(o.get("file") or o.get("path")) for o in origins})
-        raise _fail(
-            f"{len(needing)} tasks were synthesized from {', '.join(made_from)}: "
-            "pass it with --path"
-        )
-    named = {}
-    for value in repositories:
-        name, _, where = value.partition("=")
-        if not is_repository_name(name) or not where:
-            raise _fail(f"--repository {value}: expected owner/name=PATH")
-        named[name] = Path(where).expanduser()
-    return RepositorySources(named, tuple(checkouts), tuple(paths))
-
-
 def _read_tasks(source: str | Path) -> list[Task]:
     try:
         return list(read_jsonl(taskset_path(str(source))))
     except (FileNotFoundError, ValueError) as error:
-        raise _fail(str(error)) from None
+        raise fail(str(error)) from None
 
 
 @app.command("materialize")
@@ -296,13 +265,13 @@ def materialize_command(
 ) -> None:
     """Build each task's single-commit repository in the cache."""
     selected = [t for t in _read_tasks(tasks) if not task_id or t.id in task_id]
-    given = _sources(selected, path, checkouts, repository)
+    given = task_sources(selected, path, checkouts, repository)
     with Progress(console=console) as progress:
         for task in progress.track(selected, description="materializing"):
             try:
                 materialize(task, cache, sources=given)
             except (MaterializeError, PatchError) as error:
-                raise _fail(str(error)) from None
+                raise fail(str(error)) from None
     console.print(f"{len(selected)} repositories in {cache}")
 
 
@@ -336,14 +305,18 @@ def verify(
     path: PathsOption = [],  # noqa: B006
     checkouts: CheckoutsOption = [],  # noqa: B006
     repository: RepositoryOption = [],  # noqa: B006
+    environment: EnvironmentOption = None,
+    wheelhouse: WheelhouseOption = None,
+    index_url: IndexUrlOption = None,
 ) -> None:
     """Check that each task's bug fails its FAIL_TO_PASS tests and its gold patch fixes them."""
     selected = _read_tasks(tasks)
     if sample:
         selected = random.Random(seed).sample(selected, min(sample, len(selected)))
-    given = _sources(selected, path, checkouts, repository)
+    given = task_sources(selected, path, checkouts, repository)
+    provisioning = task_provisioning(selected, given, environment, wheelhouse, index_url)
     failed: list[Verdict] = []
-    with Progress(*_bar_columns(), console=console) as progress:
+    with Progress(*bar_columns(), console=console) as progress:
         bar = progress.add_task("verifying", total=len(selected), tried=0)
 
         def on_done(verdict: Verdict) -> None:
@@ -354,10 +327,11 @@ def verify(
         bwrap, sandbox = _grading_sandbox()
         try:
             asyncio.run(verify_all(
-                selected, cache, bwrap, workers, on_done=on_done, sandbox=sandbox, sources=given
+                selected, cache.resolve(), bwrap, workers, on_done=on_done, sandbox=sandbox,
+                provisioning=provisioning,
             ))  # fmt: skip
-        except (MaterializeError, PatchError) as error:
-            raise _fail(str(error)) from None
+        except (MaterializeError, PatchError, EnvironmentBuildError) as error:
+            raise fail(str(error)) from None
     for verdict in failed:
         console.print(
             f"[red]{escape(verdict.task_id)}[/]: {escape(verdict.problem)}", highlight=False
@@ -379,27 +353,33 @@ def grade(
     path: PathsOption = [],  # noqa: B006
     checkouts: CheckoutsOption = [],  # noqa: B006
     repository: RepositoryOption = [],  # noqa: B006
+    environment: EnvironmentOption = None,
+    wheelhouse: WheelhouseOption = None,
+    index_url: IndexUrlOption = None,
 ) -> None:
     """Grade one patch on one task as the reward service would: the score, each hidden
     test's outcome and the reward's components."""
     if sum((patch is not None, gold, empty)) != 1:
-        raise _fail("give exactly one of --patch FILE, --gold, --empty")
+        raise fail("give exactly one of --patch FILE, --gold, --empty")
     found = [t for t in _read_tasks(taskset) if t.id == instance_id]
     if not found:
-        raise _fail(f"no task {instance_id!r} in {taskset}")
+        raise fail(f"no task {instance_id!r} in {taskset}")
     task = found[0]
     if patch is not None and not patch.is_file():
-        raise _fail(f"{patch}: no such file")
+        raise fail(f"{patch}: no such file")
     diff = patch.read_text() if patch is not None else task.gold_patch if gold else ""
     if gold and not diff:
-        raise _fail(f"{task.id} has no gold patch")
-    given = _sources([task], path, checkouts, repository)
+        raise fail(f"{task.id} has no gold patch")
+    given = task_sources([task], path, checkouts, repository)
+    provisioning = task_provisioning([task], given, environment, wheelhouse, index_url)
     bwrap, sandbox = _grading_sandbox()
-    config = RewardConfig(cache_dir=cache, projects_dir=PROJECTS_DIR)
+    config = RewardConfig(cache_dir=cache.resolve(), projects_dir=PROJECTS_DIR)
     try:
-        score = asyncio.run(grade_patch(task, diff, config, bwrap, sandbox, given))
-    except (MaterializeError, PatchError) as error:
-        raise _fail(str(error)) from None
+        score = asyncio.run(
+            grade_patch(task, diff, config, bwrap, sandbox, provisioning=provisioning)
+        )
+    except (MaterializeError, PatchError, EnvironmentBuildError) as error:
+        raise fail(str(error)) from None
     # Plain lines, not a table: test ids stay whole and greppable in any terminal width.
     error = f" (error: {score.error})" if score.error else ""
     typer.echo(f"{task.id}: score {score.reward:g}{error}")
@@ -429,10 +409,10 @@ def hints(
     and its source) into metadata.hints, for training at hint tiers 1-3."""
     source = taskset_path(taskset)
     selected = _read_tasks(source)
-    given = _sources(selected, path, checkouts, repository)
+    given = task_sources(selected, path, checkouts, repository)
     failed: list[HintResult] = []
     started = time.perf_counter()
-    with Progress(*_bar_columns(), console=console) as progress:
+    with Progress(*bar_columns(), console=console) as progress:
         bar = progress.add_task("hinting", total=len(selected), tried=0)
 
         def on_done(result: HintResult) -> None:

@@ -8,11 +8,15 @@ Overrides on the command line use dotted keys: `trainer.steps=4 rollout.group_si
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from etude.common.repository_names import is_repository_name
 
 # A seed fits the signed 64 bits torch and numpy take.
 Seed = Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)]
@@ -39,6 +43,47 @@ class CurriculumConfig(_Part):
     """The hardest tier the curriculum moves to."""
 
 
+class SourcesConfig(_Part):
+    """Where the repositories of the task set's tasks are (etude.tasks.sources): registered
+    with the run's tasks, so rollout workers, the reward service and the trainer build them
+    from the same places. Relative paths are read from the directory `etude train` or
+    `etude runs start` runs in and registered absolute, since the run's parts may run
+    elsewhere; on a cluster they lie on the shared task volume (`/shared/tasks`)."""
+
+    repositories: dict[str, Path] = Field(default_factory=dict, max_length=100_000)
+    """`owner/name` → a git repository (a checkout or a bare mirror); looked at first."""
+    checkouts: tuple[Path, ...] = Field(default=(), max_length=1000)
+    """Directories of repositories named `owner__name` or `owner/name` (either with
+    `.git`), searched in order."""
+    projects: tuple[Path, ...] = Field(default=(), max_length=1000)
+    """Project directories or sdists that tasks synthesized from a path are rebuilt from."""
+
+    @field_validator("repositories")
+    @classmethod
+    def _owner_slash_name(cls, repositories: dict[str, Path]) -> dict[str, Path]:
+        bad = [name for name in repositories if not is_repository_name(name)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not an owner/name repository name")
+        return repositories
+
+
+class PackagesConfig(_Part):
+    """Where the packages of tasks' Python environments come from (etude.tasks.pyenv);
+    neither set: pip's own configuration (PyPI by default)."""
+
+    wheelhouse: Path | None = None
+    """A directory of wheels and sdists, then the only source (no network); a relative path
+    is read as `sources`' are."""
+    index_url: str | None = Field(default=None, min_length=1, max_length=4096)
+    """A package index."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PackagesConfig:
+        if self.wheelhouse is not None and self.index_url is not None:
+            raise ValueError("give a wheelhouse or an index_url, not both")
+        return self
+
+
 class TasksConfig(_Part):
     taskset: str = Field(default="etude-mini", min_length=1, max_length=4096)
     """A bundled task set (`etude-mini`) or a path to a SWE-bench-style JSONL file."""
@@ -61,6 +106,35 @@ class TasksConfig(_Part):
     """Episodes per held-out task; pass@1 is the mean over all of them."""
     eval_temperature: float = Field(default=0.0, ge=0, le=100.0)
     """Sampling temperature of held-out episodes (0: greedy)."""
+    sources: SourcesConfig = SourcesConfig()
+    packages: PackagesConfig = PackagesConfig()
+    environments: Literal["auto", "off"] = "auto"
+    """`auto`: every task that is not a bundled one runs in a Python environment of its
+    project's dependencies (etude.tasks.pyenv), built once per repository and commit, in
+    sessions and grading alike; `off`: on the interpreter the services run on."""
+
+    def with_absolute_paths(self, base: Path) -> TasksConfig:
+        """These settings with the relative paths of `sources` and `packages` read from
+        `base`: what is registered with the run must mean the same wherever it is read."""
+        return self.with_paths(lambda path: Path(os.path.abspath(base / path.expanduser())))
+
+    def with_paths(self, change: Callable[[Path], Path]) -> TasksConfig:
+        """These settings with every path of `sources` and `packages` changed by `change`."""
+        sources, wheelhouse = self.sources, self.packages.wheelhouse
+        return self.model_copy(
+            update={
+                "sources": sources.model_copy(
+                    update={
+                        "repositories": {n: change(p) for n, p in sources.repositories.items()},
+                        "checkouts": tuple(map(change, sources.checkouts)),
+                        "projects": tuple(map(change, sources.projects)),
+                    }
+                ),
+                "packages": self.packages.model_copy(
+                    update={"wheelhouse": None if wheelhouse is None else change(wheelhouse)}
+                ),
+            }
+        )
 
 
 class PolicyConfig(_Part):
@@ -258,6 +332,9 @@ def parse_run_config(document: dict[str, Any]) -> RunConfig:
 
 
 def load_run_config(path: Path | None, overrides: list[str] = ()) -> RunConfig:
+    """The run config of the YAML file at `path` (None: the defaults) with `overrides`; the
+    task sources' relative paths are read from the working directory, as `tasks.taskset`
+    is, and made absolute."""
     document: Any = {}
     if path is not None:
         try:
@@ -268,4 +345,5 @@ def load_run_config(path: Path | None, overrides: list[str] = ()) -> RunConfig:
             raise RunConfigError(
                 f"{path}: a run config is a mapping, not {type(document).__name__}"
             )
-    return parse_run_config(apply_overrides(document, list(overrides)))
+    config = parse_run_config(apply_overrides(document, list(overrides)))
+    return config.model_copy(update={"tasks": config.tasks.with_absolute_paths(Path.cwd())})

@@ -31,8 +31,16 @@ from etude.environment.wire import call_to_proto, catalog_from_proto, result_fro
 
 class EnvironmentClient(Protocol):
     async def create_session(
-        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
-    ) -> OpenedSession: ...
+        self,
+        task_id: str,
+        repository_path: str,
+        idle_ttl_seconds: float = 0,
+        *,
+        python_environment: str = "",
+    ) -> OpenedSession:
+        """A session on the repository; its commands run with `python_environment` (the
+        root of a task's Python environment, etude.tasks.pyenv) where one is given."""
+        ...
 
     async def execute(
         self, session_id: str, calls: list[ToolCall], parallel: bool = True
@@ -76,7 +84,12 @@ class GrpcEnvironment:
             raise
 
     async def create_session(
-        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
+        self,
+        task_id: str,
+        repository_path: str,
+        idle_ttl_seconds: float = 0,
+        *,
+        python_environment: str = "",
     ) -> OpenedSession:
         reply = await self._call(
             self.stub.CreateSession,
@@ -84,6 +97,7 @@ class GrpcEnvironment:
                 task_id=common_pb2.TaskId(value=task_id),
                 repository_path=repository_path,
                 idle_ttl_seconds=idle_ttl_seconds,
+                python_environment=python_environment,
             ),
         )
         return OpenedSession(reply.session_id.value, reply.workspace_mode, reply.sandbox_backend)

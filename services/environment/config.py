@@ -13,9 +13,7 @@ from etude.common.settings import Section
 from etude.sandbox.config import SandboxSettings
 from etude.sim.config import SimConfig
 from etude.tasks.materialize import PROJECTS_DIR
-
-SHARED_TASKS_DIR = Path("/shared/tasks")
-"""Where the Helm chart mounts the task volume rollout workers build repositories into."""
+from etude.tasks.provisioning import SHARED_TASKS_DIR
 
 
 class EnvironmentConfig(Section):

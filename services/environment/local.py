@@ -20,9 +20,17 @@ class InProcessEnvironment:
         self.manager = manager
 
     async def create_session(
-        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
+        self,
+        task_id: str,
+        repository_path: str,
+        idle_ttl_seconds: float = 0,
+        *,
+        python_environment: str = "",
     ) -> OpenedSession:
-        session = await self.manager.create(task_id, Path(repository_path), idle_ttl_seconds)
+        environment = Path(python_environment) if python_environment else None
+        session = await self.manager.create(
+            task_id, Path(repository_path), idle_ttl_seconds, python_environment=environment
+        )
         return OpenedSession(session.id, session.layout.mode, self.manager.sandbox.backend)
 
     async def execute(

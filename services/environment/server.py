@@ -17,7 +17,11 @@ from etude.common.request_checks import InvalidFieldError
 from etude.environment.client import EnvironmentClient
 from etude.environment.config import EnvironmentConfig
 from etude.environment.local import InProcessEnvironment
-from etude.environment.repositories import RepositoryNotAllowedError, allowed_repository
+from etude.environment.repositories import (
+    RepositoryNotAllowedError,
+    allowed_python_environment,
+    allowed_repository,
+)
 from etude.environment.sessions import SessionManager
 from etude.environment.types import (
     RepositoryError,
@@ -63,9 +67,14 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
 
     async def CreateSession(self, request, context):
         async with _mapped_errors(context):
-            task_id, path, ttl = create_from_proto(request, self.config.max_idle_ttl_seconds)
-            repository = allowed_repository(path, self.config)
-            opened = await self.environment.create_session(task_id, str(repository), ttl)
+            asked = create_from_proto(request, self.config.max_idle_ttl_seconds)
+            repository = allowed_repository(asked.repository_path, self.config)
+            environment = ""
+            if asked.python_environment:
+                environment = str(allowed_python_environment(asked.python_environment, self.config))
+            opened = await self.environment.create_session(
+                asked.task_id, str(repository), asked.idle_ttl, python_environment=environment
+            )
         return environment_pb2.CreateSessionResponse(
             session_id=common_pb2.SessionId(value=opened.session_id),
             workspace_mode=opened.workspace_mode,

@@ -58,6 +58,9 @@ class Session:
     whatever the caller does next (in a rollout, generating the first turn)."""
     idle_ttl: float
     last_used: float
+    python_environment: Path | None = None
+    """The task's Python environment its commands run with (its forks' too); None: the
+    service's interpreter."""
     submitted: bool = False
     diffing: asyncio.Lock = field(default_factory=asyncio.Lock)
     """One Diff of a session at a time: a session cannot hold every walk thread."""
@@ -139,15 +142,22 @@ class SessionManager:
             )
         self._starting += 1
 
-    async def _open(self, task_id: str, layout: Layout, ttl: float, started: float) -> Session:
+    async def _open(
+        self,
+        task_id: str,
+        layout: Layout,
+        ttl: float,
+        started: float,
+        python_environment: Path | None,
+    ) -> Session:
         sandbox = Sandbox(
             layout.session_dir.name, layout, self.sandbox, self.bwrap, self.cgroups,
-            on_kill=self.observer.sandbox_killed,
+            on_kill=self.observer.sandbox_killed, python_environment=python_environment,
         )  # fmt: skip
         session = Session(
             layout.session_dir.name, task_id, layout, sandbox,
             asyncio.get_running_loop().create_task(sandbox.start()),
-            ttl or self.config.idle_ttl_seconds, time.monotonic(),
+            ttl or self.config.idle_ttl_seconds, time.monotonic(), python_environment,
         )  # fmt: skip
         self.sessions[session.id] = session
         self.observer.session_created(time.perf_counter() - started, len(self.sessions))
@@ -160,13 +170,23 @@ class SessionManager:
 
         return root
 
-    async def create(self, task_id: str, repository: Path, idle_ttl: float = 0) -> Session:
+    async def create(
+        self,
+        task_id: str,
+        repository: Path,
+        idle_ttl: float = 0,
+        *,
+        python_environment: Path | None = None,
+    ) -> Session:
+        """A session on `repository`, its commands run with `python_environment` (bound
+        read-only, its bin/ first on PATH) when given. Callers confine both paths first
+        (etude.environment.repositories)."""
         started = time.perf_counter()
         self._reserve()
         try:
             base = await asyncio.to_thread(self.store.prepare_base, repository)
             layout = await asyncio.to_thread(self.store.create, new_id("se"), base)
-            session = await self._open(task_id, layout, idle_ttl, started)
+            session = await self._open(task_id, layout, idle_ttl, started, python_environment)
             if self.search:
                 self.search.session_created(session.id, base, self._root_of(session))
             return session
@@ -182,7 +202,9 @@ class SessionManager:
             layout = await asyncio.to_thread(
                 self.store.fork, parent.layout, new_id("se"), parent_sandbox.root
             )
-            child = await self._open(parent.task_id, layout, parent.idle_ttl, started)
+            child = await self._open(
+                parent.task_id, layout, parent.idle_ttl, started, parent.python_environment
+            )
             if self.search:
                 self.search.session_forked(parent.id, child.id, self._root_of(child))
             return child

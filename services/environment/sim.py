@@ -38,7 +38,12 @@ class SimEnvironment:
         the episode's duration as the rollout worker lives it."""
 
     async def create_session(
-        self, task_id: str, repository_path: str, idle_ttl_seconds: float = 0
+        self,
+        task_id: str,
+        repository_path: str,
+        idle_ttl_seconds: float = 0,
+        *,
+        python_environment: str = "",
     ) -> OpenedSession:
         session_id = f"sim-{next(self._ids)}"
         opened = self.clock.now()

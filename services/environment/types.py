@@ -25,7 +25,8 @@ class SessionLimitError(RuntimeError):
 
 
 class RepositoryError(ValueError):
-    """The repository to prepare does not exist or is not a directory."""
+    """The repository to prepare does not exist or is not a directory, or the Python
+    environment to run with is not one."""
 
 
 class WalkLimitError(RuntimeError):

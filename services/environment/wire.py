@@ -5,6 +5,7 @@ policy's own text and stay unchecked: a tool turns a bad one into an observation
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from etude.api.v1 import common_pb2, environment_pb2
 from etude.common.request_checks import (
@@ -28,16 +29,28 @@ def session_id_from_proto(message: common_pb2.SessionId) -> str:
     return check_text(message.value, "session_id", required=True)
 
 
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    """A CreateSession as asked: its paths not yet confined (etude.environment.repositories)."""
+
+    task_id: str
+    repository_path: str
+    idle_ttl: float
+    """0: the configured default."""
+    python_environment: str
+    """Empty: none."""
+
+
 def create_from_proto(
     request: environment_pb2.CreateSessionRequest, max_idle_ttl: float
-) -> tuple[str, str, float]:
-    """(task id, repository path, idle TTL: 0 for the configured default)."""
+) -> SessionRequest:
     task_id = check_text(request.task_id.value, "task_id")
     path = check_path(request.repository_path, "repository_path", required=True)
     ttl = check_finite(request.idle_ttl_seconds, "idle_ttl_seconds", minimum=0)
     if ttl > max_idle_ttl:
         raise InvalidFieldError(f"idle_ttl_seconds must be ≤ {max_idle_ttl}, not {ttl}")
-    return task_id, path, ttl
+    environment = check_path(request.python_environment, "python_environment")
+    return SessionRequest(task_id, path, ttl, environment)
 
 
 def calls_from_proto(messages) -> list[ToolCall]:

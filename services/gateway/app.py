@@ -47,6 +47,7 @@ from etude.gateway.launcher import Launcher
 from etude.gateway.metrics import REQUEST_SECONDS, REQUESTS
 from etude.gateway.validation import StrictJSONRoute, confine_run_paths, gateway_run_dir
 from etude.tasks.materialize import BUNDLED_TASKSETS, HELD_OUT_PROJECTS
+from etude.tasks.provisioning import TaskProvisioning
 from etude.tasks.task import Task, read_jsonl
 from etude.tasks.taskset import RunTasks, TaskSetError, read_tasks, select_tasks
 
@@ -304,7 +305,10 @@ def create_app(
             raise HTTPException(409, str(error)) from None
         run_tasks: RunTasks = request.app.state.run_tasks
         try:
-            await run_tasks.register(record.run_id, body.config.tasks.taskset, train, held_out)
+            tasks = body.config.tasks
+            await run_tasks.register(
+                record.run_id, tasks.taskset, train, held_out, TaskProvisioning.from_config(tasks)
+            )
             await launcher.launch(record, body.config)
         except Exception as error:
             # The record stays, marked failed, so the failure is visible in `GET /runs`.

@@ -9,6 +9,9 @@ refused, anywhere in the document, and answers 422 naming the problem.
 A run started through the gateway writes to its output directory and reads its task set
 and initial checkpoint from the paths its config names: a caller must not choose a
 directory elsewhere on the host, so those paths must lie under the gateway's run directory.
+The run's task sources and wheelhouse (`tasks.sources`, `tasks.packages.wheelhouse`) are
+read by its workers and the reward service, which may run elsewhere: they must lie under
+the run directory too, or on the shared task volume (`/shared/tasks`) on a cluster.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
-from etude.common.run_config import RunConfig
+from etude.common.run_config import RunConfig, TasksConfig
 from etude.gateway.config import GatewaySettings
+from etude.tasks.provisioning import SHARED_TASKS_DIR
 
 
 class _Refused(ValueError):
@@ -120,11 +124,14 @@ def confine_run_paths(config: RunConfig, run_dir: Path, *, taskset: bool = True)
     return config.model_copy(
         update={
             "output_dir": output,
-            "tasks": config.tasks.model_copy(
-                update={"taskset": _stack_file(config.tasks.taskset, "tasks.taskset", run_dir)}
-            )
-            if taskset
-            else config.tasks,
+            "tasks": _confined_sources(
+                config.tasks.model_copy(
+                    update={"taskset": _stack_file(config.tasks.taskset, "tasks.taskset", run_dir)}
+                )
+                if taskset
+                else config.tasks,
+                run_dir,
+            ),
             "policy": config.policy.model_copy(
                 update={"init": _stack_file(config.policy.init, "policy.init", run_dir)}
             ),
@@ -141,3 +148,20 @@ def _stack_file(value: str, field: str, run_dir: Path) -> str:
     if not _inside(real, run_dir):
         raise ValueError(f"{field} must be a bundled name or a path under {run_dir}")
     return str(real)
+
+
+def _confined_sources(tasks: TasksConfig, run_dir: Path) -> TasksConfig:
+    """`tasks` with its sources' and wheelhouse's real paths (a relative one under
+    `run_dir`); ValueError naming a path that lies outside `run_dir` and the shared task
+    volume."""
+
+    def confined(path: Path) -> Path:
+        real = Path(os.path.realpath(run_dir / path.expanduser()))
+        if not (_inside(real, run_dir) or _inside(real, SHARED_TASKS_DIR)):
+            raise ValueError(
+                f"tasks.sources and tasks.packages.wheelhouse must lie under {run_dir} or "
+                f"{SHARED_TASKS_DIR} (the shared task volume), not {path}"
+            )
+        return real
+
+    return tasks.with_paths(confined)

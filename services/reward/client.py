@@ -29,6 +29,11 @@ class RewardRequestError(ValueError):
     """The reward service refused the request (unknown task or session, nothing to grade)."""
 
 
+class TaskUngradableError(RuntimeError):
+    """The reward service cannot grade the task at all: its repository or Python environment
+    cannot be built there, or the service lacks what grading needs. No retry can succeed."""
+
+
 class GrpcReward:
     """`run_id`: the run whose registered tasks this client's calls grade (a rollout worker
     and a trainer each speak for one run), unless a call names another."""
@@ -58,6 +63,8 @@ class GrpcReward:
         except aio.AioRpcError as error:
             if error.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
                 raise RewardRequestError(error.details()) from error
+            if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise TaskUngradableError(error.details()) from error
             raise
         return Score(
             reward=reply.reward,

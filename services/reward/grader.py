@@ -15,6 +15,7 @@ with `the suite could not run: …`: a broken fix, not a forgery.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 import tempfile
@@ -31,6 +32,7 @@ from etude.sandbox.bwrap import Bwrap
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.grading_config import UnsupportedTestCommand
 from etude.tasks.materialize import materialize
+from etude.tasks.provisioning import TaskProvisioning, python_environment
 from etude.tasks.repo import PatchError, apply_patch
 from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Task
@@ -64,20 +66,35 @@ class Grader:
         self.sources = (sources or RepositorySources()).with_checkouts(config.checkouts_dir)
         self._materialize_lock = asyncio.Lock()
 
-    async def score(self, task: Task, patch: str) -> Score:
+    async def score(
+        self, task: Task, patch: str, provisioning: TaskProvisioning | None = None
+    ) -> Score:
+        """`provisioning`: where the task's run builds it from (its registered sources, its
+        Python environment); None: this grader's own sources, no environment. Raises
+        MaterializeError or EnvironmentBuildError when the task cannot be built here."""
         started = time.perf_counter()
+        sources = self.sources
+        if provisioning is not None:
+            sources = provisioning.sources.with_checkouts(self.config.checkouts_dir)
+            provisioning = dataclasses.replace(provisioning, sources=sources)
+        cache_dir, projects_dir = self.config.cache_dir, self.config.projects_dir
         async with self._materialize_lock:  # two graders must not build one repository
             base = await asyncio.to_thread(
-                materialize, task, self.config.cache_dir, self.config.projects_dir,
-                sources=self.sources,
-            )  # fmt: skip
-        score = await asyncio.to_thread(self._grade, task, patch, base)
+                materialize, task, cache_dir, projects_dir, sources=sources
+            )
+        environment = None
+        if provisioning is not None:
+            # Built once, under its own lock across processes: not under the grader's.
+            environment = await asyncio.to_thread(
+                python_environment, task, provisioning, cache_dir, projects_dir
+            )
+        score = await asyncio.to_thread(self._grade, task, patch, base, environment)
         return Score(
             score.reward, score.components, score.fail_to_pass, score.pass_to_pass,
             time.perf_counter() - started, score.error, score.timed_out,
         )  # fmt: skip
 
-    def _grade(self, task: Task, patch: str, base: Path) -> Score:
+    def _grade(self, task: Task, patch: str, base: Path, environment: Path | None) -> Score:
         components = {
             "patch_lines": float(sum(1 for line in patch.splitlines() if line[:1] in "+-")),
             "touched_tests": 0.0,
@@ -120,6 +137,7 @@ class Grader:
                     workdir, task.test_command, bwrap=self.bwrap, config=self.sandbox,
                     timeout_s=self.config.timeout_seconds,
                     test_paths=(canary_module, *present), options_from=base,
+                    python_environment=environment,
                 )  # fmt: skip
             except UnsupportedTestCommand as error:
                 return Score(0.0, components, error=str(error))

@@ -53,12 +53,16 @@ class TaskGrading:
     async def score(
         self, task_id: str, *, session_id: str = "", patch: str = "", run_id: str = ""
     ) -> Score:
-        """Raises TaskNotFoundError, NothingToGradeError, NoEnvironmentError, and the
-        environment's SessionNotFoundError."""
+        """Raises TaskNotFoundError, NothingToGradeError, NoEnvironmentError, the
+        environment's SessionNotFoundError, and MaterializeError or EnvironmentBuildError
+        when the task cannot be built here."""
         task = await self.task(task_id, run_id)
+        # A run's task is built from where the run says (its registered sources), into an
+        # environment of its dependencies where the run wants one.
+        provisioning = await self.runs.provisioning(run_id) if run_id and self.runs else None
         if not patch:
             patch = await self._session_patch(session_id)
-        return await self.grader.score(task, patch)
+        return await self.grader.score(task, patch, provisioning)
 
     async def _session_patch(self, session_id: str) -> str:
         if not session_id:

@@ -24,6 +24,9 @@ from etude.reward.scoring import (
     TaskGrading,
 )
 from etude.reward.types import Score
+from etude.tasks.materialize import MaterializeError
+from etude.tasks.pyenv import EnvironmentBuildError
+from etude.tasks.pyenv_marker import NotAnEnvironmentError
 from etude.tasks.store import TaskNotFoundError, TaskStore
 from etude.tasks.taskset import RunTasks
 
@@ -40,6 +43,12 @@ _STATUS = {
     SessionNotFoundError: grpc.StatusCode.NOT_FOUND,
     NoEnvironmentError: grpc.StatusCode.FAILED_PRECONDITION,
     NoRunTasksError: grpc.StatusCode.FAILED_PRECONDITION,
+    # The task's repository or Python environment cannot be built here (no source of the
+    # run's holds it on this machine, a package is nowhere to be found), or its environment
+    # is of a Python the tests cannot run on here.
+    MaterializeError: grpc.StatusCode.FAILED_PRECONDITION,
+    EnvironmentBuildError: grpc.StatusCode.FAILED_PRECONDITION,
+    NotAnEnvironmentError: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 

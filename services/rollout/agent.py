@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from etude.common.payloads import RolloutRequest, Trajectory
@@ -37,6 +36,7 @@ from etude.rollout import metrics
 from etude.rollout.prompt import IM_END, episode_start, observation, system_prompt
 from etude.rollout.trajectory import TrajectoryBuilder
 from etude.tasks.hints import at_tier
+from etude.tasks.provisioning import PreparedTask
 from etude.tasks.task import Task
 
 # Below this many tokens of budget a turn cannot hold even one tool call.
@@ -65,6 +65,11 @@ class Scorer(Protocol):
     async def score(self, task_id: str, *, session_id: str = "", patch: str = "") -> Score: ...
 
 
+TaskPreparation = Callable[[str, Task], Awaitable[PreparedTask]]
+"""(run id, task) → what the task's session opens: its repository, and its Python environment
+where the run wants one (etude.rollout.repositories)."""
+
+
 class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
     def convert_tokens_to_ids(self, token: str) -> int: ...
@@ -77,13 +82,13 @@ class EpisodeRunner:
         reward: Scorer,
         tokenizer: Tokenizer,
         config: RolloutConfig,
-        repository_for: Callable[[Task], Path],
+        prepare: TaskPreparation,
     ) -> None:
         self.environment = environment
         self.reward = reward
         self.tokenizer = tokenizer
         self.config = config
-        self.repository_for = repository_for
+        self.prepare = prepare
         self.end_of_turn_id = tokenizer.convert_tokens_to_ids(IM_END)
         self._tools: dict[str, ToolSpec] = {}  # with the prompts, from the environment's tools
         self._full_prompt = self._short_prompt = ""
@@ -107,8 +112,12 @@ class EpisodeRunner:
             await self._learn_tools()
         task = at_tier(task, request.hint_tier)  # graded by id: the hints change no test
         system = self._short_prompt if request.hint_tier == 3 else self._full_prompt
-        repository = await asyncio.to_thread(self.repository_for, task)
-        session = await self.environment.create_session(task.id, str(repository))
+        prepared = await self.prepare(request.run_id, task)
+        environment = prepared.python_environment
+        session = await self.environment.create_session(
+            task.id, str(prepared.repository),
+            python_environment=str(environment) if environment is not None else "",
+        )  # fmt: skip
         builder = TrajectoryBuilder(request)
         builder.add_context(self.tokenizer.encode(episode_start(task.instruction, system)))
         try:

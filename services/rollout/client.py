@@ -49,6 +49,7 @@ from etude.rollout.types import Demonstrations, Evaluation, WaitedBatch
 from etude.tasks.draw import round_robin
 from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import PROJECTS_DIR
+from etude.tasks.provisioning import DEFAULT_PROVISIONING, TaskProvisioning
 from etude.tasks.task import Task
 
 if TYPE_CHECKING:
@@ -316,7 +317,8 @@ def first_prompt(instruction: str, catalog: ToolCatalog) -> str:
 class InProcessEpisodes:
     """Episodes the trainer runs itself, through the agent loop a rollout worker runs, with
     the trainer's own clients of the environment and reward services: held-out evaluation
-    and SFT demonstrations. Task repositories are built under `repositories_dir`."""
+    and SFT demonstrations. Task repositories (and Python environments) are built under
+    `repositories_dir`, from where `provisioning` says: the run's, as registered."""
 
     def __init__(
         self,
@@ -326,14 +328,17 @@ class InProcessEpisodes:
         config: RolloutConfig,
         repositories_dir: Path,
         projects_dir: Path = PROJECTS_DIR,
+        provisioning: TaskProvisioning = DEFAULT_PROVISIONING,
     ) -> None:
         from etude.rollout.agent import EpisodeRunner
-        from etude.rollout.repositories import RepositoryCache
+        from etude.rollout.repositories import RepositoryCache, TaskPreparer
+
+        async def the_run_s(run_id: str) -> TaskProvisioning:
+            return provisioning  # every episode here is of the trainer's one run
 
         self.tokenizer = tokenizer
-        self.runner = EpisodeRunner(
-            environment, reward, tokenizer, config, RepositoryCache(repositories_dir, projects_dir)
-        )
+        prepare = TaskPreparer(RepositoryCache(repositories_dir, projects_dir), the_run_s)
+        self.runner = EpisodeRunner(environment, reward, tokenizer, config, prepare)
 
     async def evaluate(
         self,

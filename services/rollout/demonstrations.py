@@ -53,10 +53,10 @@ async def collect_demonstrations(
         c.written += 1
         async with gate:
             try:
-                repository = await asyncio.to_thread(runner.repository_for, task)
+                prepared = await runner.prepare(run_id, task)
                 solver = (
                     LocateSolver(task, variant) if is_locate(task) else ScriptedSolver(
-                        task, repository, tier=tier, variant=variant,
+                        task, prepared.repository, tier=tier, variant=variant,
                         shown_chars=rollout.max_tool_output_chars,
                     )
                 )  # fmt: skip

@@ -25,14 +25,15 @@ from etude.environment.client import EnvironmentClient, GrpcEnvironment
 from etude.inference.client import GrpcInference
 from etude.model.pretrained import policy_tokenizer
 from etude.reward.client import GrpcReward
-from etude.rollout.agent import EpisodeRunner, Scorer, Tokenizer
+from etude.rollout.agent import EpisodeRunner, Scorer, TaskPreparation, Tokenizer
 from etude.rollout.config import RolloutSettings
 from etude.rollout.engines import keep_resolved, resolve
-from etude.rollout.repositories import RepositoryCache
+from etude.rollout.repositories import RepositoryCache, TaskPreparer, unusable_unless_built
 from etude.rollout.router import Router
 from etude.rollout.samplers import PolicySampler, sampling_seed
 from etude.rollout.streams import rollout_key, rollout_queue, trajectory_queue
-from etude.rollout.worker import RolloutWorker, TaskLookup, TaskUnusableError
+from etude.rollout.worker import RolloutWorker, TaskLookup
+from etude.tasks.provisioning import PreparedTask
 from etude.tasks.task import Task
 from etude.tasks.taskset import RunTasks
 
@@ -94,15 +95,31 @@ async def build_worker(
     for client_ in (environment, reward):
         resources.push_async_callback(client_.close)
     tokenizer = policy_tokenizer(run.policy.init, settings.stack.models_dir)
-    cache = RepositoryCache(
-        config.cache_dir or settings.stack.run_dir / "tasks", config.projects_dir
-    )
+    runs = RunTasks(client)
+    # Each task built from where its run's registration says, into this worker's task cache
+    # (on a cluster the shared task volume, where the environment's pods see it too).
+    cache_dir = config.cache_dir or settings.stack.run_dir / "tasks"
+    prepare = TaskPreparer(RepositoryCache(cache_dir, config.projects_dir), runs.provisioning)
     return assemble_worker(
-        WorkerParts(router, environment, reward, tokenizer, cache, RunTasks(client).get),
+        WorkerParts(router, environment, reward, tokenizer, prepare, runs.get),
         client, config.run_id, consumer, run.rollout, settings.queue,
         concurrency=config.concurrency or run.rollout.concurrency,
         heartbeat_seconds=config.heartbeat_seconds, request_suffix=f"-{os.getpid()}",
     )  # fmt: skip
+
+
+def repositories_only(repository_for: Callable[[Task], Path]) -> TaskPreparation:
+    """`TaskPreparation` from a function building repositories alone (bundled tasks: the
+    trainer's tests, the benchmarks, the simulated fleet): no Python environment."""
+
+    async def prepare(run_id: str, task: Task) -> PreparedTask:
+        def build() -> Path:
+            with unusable_unless_built(task):
+                return repository_for(task)
+
+        return PreparedTask(await asyncio.to_thread(build))
+
+    return prepare
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +131,9 @@ class WorkerParts:
     environment: EnvironmentClient
     reward: Scorer
     tokenizer: Tokenizer
-    repository_for: Callable[[Task], Path]
+    prepare: TaskPreparation
+    """What a task's session opens (etude.rollout.repositories); TaskUnusableError when it
+    cannot be built."""
     tasks: TaskLookup
     """The run's tasks by id (RunTasks.get: the task set registered with the run)."""
 
@@ -132,20 +151,12 @@ def assemble_worker(
 ) -> RolloutWorker:
     """A rollout worker of `run_id` over `parts`; `options` go to `RolloutWorker`."""
 
-    def repository_for(task: Task) -> Path:
-        try:
-            return parts.repository_for(task)
-        except Exception as error:  # deterministic: a bad record, a missing checkout, …
-            raise TaskUnusableError(
-                f"{task.id}: its repository cannot be built: {error}"
-            ) from error
-
     async def fail_run(failed_run: str, reason: str) -> None:
         with contextlib.suppress(RunNotFoundError, ValueError):  # unrecorded, or ended already
             await RunRegistry(client).update(failed_run, status="failed", error=reason)
 
     runner = EpisodeRunner(parts.environment, parts.reward, parts.tokenizer, rollout,
-                           repository_for)  # fmt: skip
+                           parts.prepare)  # fmt: skip
 
     def sampler_for(request: RolloutRequest) -> PolicySampler:
         return PolicySampler(

@@ -11,11 +11,12 @@ for a retry, and the queue dead-letters it after `max_deliveries`. On stop, no n
 taken and the episodes in flight finish.
 
 A task is looked up in the task set registered with the run the entry names
-(etude.tasks.taskset.RunTasks). An entry whose task the run does not have, or whose
-repository cannot be built, can never succeed: retrying it would only dead-letter it while
-the run waits for its group forever. The worker fails the run at once, with the reason
-(`etude runs show` says it; the trainer stops), then acknowledges the entry: its outcome
-is recorded there.
+(etude.tasks.taskset.RunTasks), and built from the sources registered with it. An entry
+whose task the run does not have, whose repository or Python environment cannot be built,
+or that the reward service cannot grade at all, can never succeed: retrying it would only
+dead-letter it while the run waits for its group forever. The worker fails the run at once,
+with the reason (`etude runs show` says it; the trainer stops), then acknowledges the entry:
+its outcome is recorded there.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from etude.common.payloads import RolloutRequest
 from etude.common.queue import Delivery, QueueUnavailableError, WorkQueue, raise_if_cancelled
 from etude.common.queue_metrics import export_queue_stats_forever
+from etude.reward.client import TaskUngradableError
 from etude.rollout import metrics
 from etude.rollout.agent import EpisodeRunner, TurnSampler
 from etude.rollout.groups import oldest_version
@@ -44,7 +46,8 @@ class StaleRolloutError(RuntimeError):
 
 
 class TaskUnusableError(RuntimeError):
-    """A task's repository cannot be built: no attempt of the task can run."""
+    """A task's repository or Python environment cannot be built: no attempt of the task
+    can run."""
 
 
 TaskLookup = Callable[[str, str], Awaitable[Task]]
@@ -147,7 +150,7 @@ class RolloutWorker:
             await self.rollouts.ack(delivery.entry_id)
             self.completed += 1
             metrics.ROLLOUT_SECONDS.observe(time.perf_counter() - started)
-        except (TaskNotFoundError, TaskUnusableError) as error:
+        except (TaskNotFoundError, TaskUnusableError, TaskUngradableError) as error:
             await self._end_run(delivery, request, type(error).__name__, str(error))
         except Exception as error:
             kind = type(error).__name__

@@ -155,6 +155,7 @@ def sandbox_argv(
     uid: int = SANDBOX_UID,
     gid: int = SANDBOX_GID,
     tmp_bytes: int = TMP_BYTES,
+    python_environment: Path | None = None,
 ) -> list[str]:
     """Namespaces (only loopback inside), read-only system, private /tmp, cleared env, and:
 
@@ -167,11 +168,19 @@ def sandbox_argv(
       own arguments (host paths) come from a pipe, so its /proc/*/cmdline reads
       `bwrap --args 11 --seccomp 10`.
 
+    `python_environment` (a task's virtual environment, etude.tasks.pyenv) is bound read-only
+    at its own path, its bin/ first on PATH: `python` there is the task's, with the
+    project's dependencies.
+
     The result is a plain argv (no file descriptors to pass), so callers that spawn with
     `close_fds` get the same sandbox.
     """
     extra = [d for d in (*interpreter_dirs(), *ro_binds) if Path(d).exists()]
     path = ":".join([*(f"{d}/bin" for d in extra), SANDBOX_PATH])
+    variables = {"PATH": path}
+    if python_environment is not None:
+        extra.append(str(python_environment))
+        variables = python_environment_variables(python_environment, path)
     args = [
         "--unshare-all",
         "--unshare-user",
@@ -196,7 +205,7 @@ def sandbox_argv(
     args += [
         "--chdir", WORKSPACE,
         "--clearenv",
-        "--setenv", "PATH", path,
+        *(arg for name, value in variables.items() for arg in ("--setenv", name, value)),
         "--setenv", "HOME", "/tmp",
         "--setenv", "LANG", "C.UTF-8",
         "--setenv", "TERM", "dumb",
@@ -208,6 +217,11 @@ def sandbox_argv(
         "/usr/bin/env", "-i", "/bin/bash", "-c", _LAUNCH, "etude-bwrap",
         filter_path(), str(bwrap.path), str(len(args)), *args, *command,
     ]  # fmt: skip
+
+
+def python_environment_variables(root: Path, path: str) -> dict[str, str]:
+    """What activating the virtual environment at `root` sets, over a `PATH` of `path`."""
+    return {"PATH": f"{root}/bin:{path}", "VIRTUAL_ENV": str(root)}
 
 
 # Runs with an empty environment: opens the seccomp filter as fd 10 and feeds bwrap's

@@ -48,6 +48,7 @@ from etude.sandbox.bwrap import (
     Bwrap,
     bind_args,
     overlay_args,
+    python_environment_variables,
     sandbox_argv,
 )
 from etude.sandbox.config import SandboxConfig
@@ -87,10 +88,13 @@ class Sandbox:
         bwrap: Bwrap | None,
         cgroups: CgroupSupport,
         on_kill: Callable[[str], None] = lambda reason: None,
+        python_environment: Path | None = None,
     ) -> None:
         """`bwrap` is the configured backend's (None for `process`); `on_kill(reason)` hears
-        of every kill: `timeout`, `processes`, `memory`, `disk`."""
+        of every kill: `timeout`, `processes`, `memory`, `disk`; `python_environment`: a
+        virtual environment the commands run with (read-only, its bin/ first on PATH)."""
         self.name = name
+        self.python_environment = python_environment
         self.on_kill = on_kill
         self.layout = layout
         self.config = config
@@ -156,6 +160,7 @@ class Sandbox:
                 self.bwrap, workspace_args=workspace, ro_binds=self.config.ro_binds,
                 info_fd=write_info, command=shell, uid=self.config.uid,
                 gid=self.config.uid, tmp_bytes=self.config.tmp_bytes,
+                python_environment=self.python_environment,
             )  # fmt: skip
             try:
                 # Nothing of the service's environment reaches even bwrap's own process.
@@ -171,6 +176,8 @@ class Sandbox:
                 self._open_root()
         else:
             env = {"PATH": os.defpath, "HOME": str(self.layout.tree), "LANG": "C.UTF-8"}
+            if self.python_environment is not None:
+                env |= python_environment_variables(self.python_environment, os.defpath)
             self.process = await self._spawn(shell, cwd=self.layout.tree, env=env)
             self.shell_pid = self.init_pid = self.process.pid
         assert self.process.stdin is not None and self.process.stdout is not None

@@ -102,6 +102,24 @@ def _import_runner():
     return pytest
 
 
+def _add_site_dirs(directories):
+    """The task's Python environment (its dependencies): each directory as a site directory
+    (its `.pth` files processed: the environment's own names the workspace, `src` of a src
+    layout), placed before this interpreter's own site-packages, as the environment's python
+    orders them. Called once the runner is imported and bytecode is no longer read, like
+    anything that may import the tree; the environment itself is the operator's, built
+    before the agent began and read-only to it."""
+    import site
+
+    before = list(sys.path)
+    for directory in directories:
+        site.addsitedir(directory)
+    added = [p for p in sys.path if p not in before]
+    own = set(site.getsitepackages())
+    at = next((i for i, p in enumerate(before) if p in own), len(before))
+    sys.path[:] = [*before[:at], *added, *before[at:]]
+
+
 def main(spec):
     key = _read_key(spec["key_fd"])
     channel = _Channel(spec["report_fd"], key)
@@ -114,6 +132,7 @@ def main(spec):
     # but the tree's `__pycache__` may hold planted bytecode, so its modules compile from
     # source.
     sys.pycache_prefix = "/dev/null/pycache"
+    _add_site_dirs(spec.get("site_dirs", ()))
     workspace = spec["workspace"]
     os.chdir(workspace)
     sys.path.insert(0, workspace)

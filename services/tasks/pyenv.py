@@ -12,6 +12,14 @@ A virtual environment cannot move (its scripts name their own path), so it is bu
 it stays, under a lock, and marked complete last; a build that died half-way is redone.
 Sandboxes see it read-only at the same path. Building runs the project's build backend on
 the host: repositories are the operator's, not the agent's.
+
+The environment holds no pytest (it is made `--without-pip`, from the interpreter running
+etude, and holds only the project's dependencies). So that `python -m pytest` works in a
+session, its `.pth` file appends the site-packages of the interpreter that built it after
+the workspace: the project's dependencies, the agent's code, then the runner's packages
+(pytest), so nothing of etude's own shadows what the project brings. Grading does not run
+the environment's python (the workspace on its path would be imported before pytest):
+etude.tasks.testrun adds the environment's site-packages to its own runner instead.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -31,14 +40,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from etude.tasks.materialize import PROJECTS_DIR, materialize
+from etude.tasks.pyenv_marker import (
+    MARKER,
+    RUNNING_PYTHON,
+    PythonEnvironment,
+    read_environment,
+)
 from etude.tasks.repo import IGNORED
 from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Task
 
 WORKSPACE = "/workspace"
 """Where sessions and grading see the repository (etude.sandbox)."""
-MARKER = "etude-environment.json"
-"""Written last into a complete environment: what it was built from, what it holds."""
+PTH_FILE = "etude.pth"
+"""In the environment's site-packages: the workspace, then the runner's site-packages."""
 
 
 class EnvironmentBuildError(RuntimeError):
@@ -58,21 +73,6 @@ class PackageSource:
         if self.wheelhouse is not None:
             return ["--no-index", "--find-links", str(self.wheelhouse.resolve())]
         return ["--index-url", self.index_url] if self.index_url else []
-
-
-@dataclass(frozen=True, slots=True)
-class PythonEnvironment:
-    root: Path
-    built: bool
-    """Whether this call built it (else an earlier one had)."""
-
-    @property
-    def python(self) -> Path:
-        return self.root / "bin" / "python"
-
-    @property
-    def bin_dir(self) -> Path:
-        return self.root / "bin"
 
 
 def environment_commit(task: Task) -> str:
@@ -116,6 +116,7 @@ def build_environment(
         "reqs_path": list(task.setup.reqs_path),
         "pip_packages": list(task.setup.pip_packages),
         "workspace": workspace,
+        "runner": _runner_site_dirs(task),
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9_.-]+", "__", task.repo).lstrip(".")
@@ -123,17 +124,26 @@ def build_environment(
     envs_dir.mkdir(parents=True, exist_ok=True)
     with _locked(envs_dir / f".{root.name}.lock"):
         if _complete(root, spec):
-            return PythonEnvironment(root, built=False)
+            return read_environment(root)
         shutil.rmtree(root, ignore_errors=True)  # a build that died half-way
         try:
-            installed = _build(task, tree, root, python, packages, workspace, timeout_s)
+            built = _build(task, tree, root, python, packages, spec, timeout_s)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
         marker = root / f".{MARKER}.partial"
-        marker.write_text(json.dumps({"spec": spec, "installed": installed}, indent=1))
+        marker.write_text(json.dumps({"spec": spec, **built}, indent=1))
         marker.rename(root / MARKER)
-    return PythonEnvironment(root, built=True)
+    return replace(read_environment(root), built=True)
+
+
+def _runner_site_dirs(task: Task) -> list[str]:
+    """Where the runner (pytest) is, for the environment's python to find it after its own
+    packages: the site-packages of the interpreter running etude, when the environment's
+    is of the same version (compiled packages of another version would fail to load)."""
+    if (task.setup.python or RUNNING_PYTHON) != RUNNING_PYTHON:
+        return []
+    return [d for d in site.getsitepackages() if os.path.isdir(d)]
 
 
 def _interpreter(task: Task) -> str:
@@ -165,10 +175,11 @@ def _build(
     root: Path,
     python: str,
     packages: PackageSource,
-    workspace: str,
+    spec: dict,
     timeout_s: float,
-) -> list[str]:
-    """Build the environment at `root`; the `name==version` of what it holds."""
+) -> dict:
+    """Build the environment at `root`; the marker's description of it: the `name==version`
+    of what it holds, its site-packages and its Python version."""
 
     def run(*args: str, what: str, cwd: Path | None = None) -> None:
         try:
@@ -211,17 +222,25 @@ def _build(
             raise EnvironmentBuildError(f"{task.id}: pip's report does not name the project")
         if own:
             run(*pip, "uninstall", "-y", *own, what="taking the project out again")
-    purelib = subprocess.run(
-        [env_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    purelib, version = subprocess.run(
+        [env_python, "-c", "import sys, sysconfig; print(sysconfig.get_paths()['purelib']); "
+         "print('%d.%d' % sys.version_info[:2])"],
         capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+    ).stdout.split()  # fmt: skip
+    workspace = spec["workspace"]
     roots = [workspace] + ([f"{workspace}/src"] if (tree / "src").is_dir() else [])
-    Path(purelib, "etude-workspace.pth").write_text("".join(f"{r}\n" for r in roots))
-    return sorted(
+    # Each line a directory appended to sys.path after the environment's own site-packages
+    # (the dependencies), in this order: the agent's code, then the runner's packages.
+    lines = ["# The task's repository as sessions see it", *roots,
+             "# The runner's packages (pytest), after everything the project brings",
+             *spec["runner"]]  # fmt: skip
+    Path(purelib, PTH_FILE).write_text("".join(f"{line}\n" for line in lines))
+    held = sorted(
         f"{i['metadata']['name']}=={i['metadata']['version']}"
         for i in installed
         if i["metadata"]["name"] not in own
     )
+    return {"installed": held, "purelib": purelib, "python_version": version}
 
 
 def _requirement_files(task: Task, source: Path) -> list[str]:

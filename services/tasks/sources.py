@@ -15,14 +15,12 @@ content hash (etude.tasks.synth.sources.source_of).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# `owner/name` as code hosts spell it; anything else (`..`, an absolute path) could make a
-# lookup leave the checkouts directory.
-REPOSITORY_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+# Re-exported: the task tools check `owner/name` arguments with it.
+from etude.common.repository_names import is_repository_name
 
 
 class SourceNotFoundError(LookupError):
@@ -81,10 +79,6 @@ class RepositorySources:
                     return directory / name
         looked = ", ".join(str(d) for d in self.checkouts)
         raise SourceNotFoundError(f"{repo}: no {' or '.join(names)} in {looked}")
-
-
-def is_repository_name(name: str) -> bool:
-    return bool(REPOSITORY_NAME.fullmatch(name)) and not {".", ".."} & set(name.split("/"))
 
 
 def is_repository(path: Path) -> bool:

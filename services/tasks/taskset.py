@@ -15,13 +15,19 @@ the split comes from the task's metadata alone.
 Registering: the selected tasks are written to Redis with the run, once (`RunTasks`):
 
     etude:run:<id>:tasks    hash, task id → the task's SWE-bench record (JSON)
-    etude:run:<id>:taskset  JSON {"source", "train": [ids in order], "held_out": [ids]}
+    etude:run:<id>:taskset  JSON {"source", "train": [ids in order], "held_out": [ids],
+                                  "provisioning": where repositories and packages come from}
+
+The provisioning (etude.tasks.provisioning: `tasks.sources`, `packages`, `environments` of
+the run config) travels with the tasks: a task's record names its repository, not where it
+lies, and every part of the run must build it from the same place.
 
 Redis, because every part of a run reaches it wherever it runs (a laptop, Ray actors, a
 cluster's pods) and no file system is shared by all of them. The trainer reads the selection
 (SFT, evaluation, the orchestrator's cycle), and rollout workers and the reward service look
-a task up by the run a request names (`RunTasks.get`, cached per run), so no service is
-configured with task files. A resumed run reads what it registered, even if the file changed.
+a task up by the run a request names (`RunTasks.get`, and `RunTasks.provisioning` for where to
+build it from; both cached per run), so no service is configured with task files or sources.
+A resumed run reads what it registered, even if the file or the config changed.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from etude.common.run_config import TasksConfig
 from etude.tasks.draw import round_robin
 from etude.tasks.hints import hint_problem
 from etude.tasks.materialize import BUNDLED_TASKSETS
+from etude.tasks.provisioning import DEFAULT_PROVISIONING, TaskProvisioning
 from etude.tasks.store import TaskNotFoundError
 from etude.tasks.task import Task, read_jsonl
 
@@ -189,6 +196,8 @@ class RunTaskSet:
     """What the tasks were read from (`tasks.taskset`, or the file `etude runs start` sent)."""
     train: list[Task]
     held_out: list[Task]
+    provisioning: TaskProvisioning = DEFAULT_PROVISIONING
+    """Where the tasks' repositories and packages come from."""
 
 
 # KEYS: tasks hash, selection key. ARGV: selection JSON, then id/record pairs. Registers
@@ -203,8 +212,9 @@ return 1
 
 class RunTasks:
     """The task sets registered with runs, in Redis (the client must not decode responses).
-    `get` keeps the tasks it has read, per run, for the `runs_cached` runs used last: a
-    worker or the reward service asks for the same tasks over and over."""
+    `get` and `provisioning` keep what they have read, per run, for the `runs_cached` runs
+    used last: a worker or the reward service asks for the same tasks over and over, and a
+    registration never changes."""
 
     def __init__(self, redis: aioredis.Redis, prefix: str = "etude", runs_cached: int = 8) -> None:
         self.redis = redis
@@ -212,6 +222,7 @@ class RunTasks:
         self.runs_cached = runs_cached
         self._register = redis.register_script(_REGISTER)
         self._cache: OrderedDict[str, dict[str, Task]] = OrderedDict()
+        self._provisioning: OrderedDict[str, TaskProvisioning] = OrderedDict()
 
     def _tasks_key(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:tasks"
@@ -220,11 +231,18 @@ class RunTasks:
         return f"{self.prefix}:run:{run_id}:taskset"
 
     async def register(
-        self, run_id: str, source: str, train: list[Task], held_out: list[Task]
+        self,
+        run_id: str,
+        source: str,
+        train: list[Task],
+        held_out: list[Task],
+        provisioning: TaskProvisioning = DEFAULT_PROVISIONING,
     ) -> bool:
-        """Record the run's tasks; False when the run has a task set already (kept)."""
+        """Record the run's tasks and where they are built from; False when the run has a
+        task set already (kept)."""
         selection = {"source": source, "train": [t.id for t in train],
-                     "held_out": [t.id for t in held_out]}  # fmt: skip
+                     "held_out": [t.id for t in held_out],
+                     "provisioning": provisioning.to_json()}  # fmt: skip
         pairs = [p for t in (*train, *held_out) for p in (t.id, json.dumps(t.to_swe()))]
         keys = [self._tasks_key(run_id), self._selection_key(run_id)]
         return bool(await self._register(keys=keys, args=[json.dumps(selection), *pairs]))
@@ -245,6 +263,7 @@ class RunTasks:
             selection["source"],
             [tasks[i] for i in selection["train"]],
             [tasks[i] for i in selection["held_out"]],
+            _provisioning_of(run_id, selection),
         )
 
     async def ensure(
@@ -259,11 +278,28 @@ class RunTasks:
         train, held_out = select_tasks(
             tasks if tasks is not None else read_tasks(config.taskset), config
         )
-        if not await self.register(run_id, config.taskset, train, held_out):
+        provisioning = TaskProvisioning.from_config(config)
+        if not await self.register(run_id, config.taskset, train, held_out, provisioning):
             return await self.selection(run_id)  # another driver registered it first
         log.info("run %s: %d training and %d held-out tasks from %s registered",
                  run_id, len(train), len(held_out), config.taskset)  # fmt: skip
-        return RunTaskSet(config.taskset, train, held_out)
+        return RunTaskSet(config.taskset, train, held_out, provisioning)
+
+    async def provisioning(self, run_id: str) -> TaskProvisioning:
+        """Where the run's tasks are built from; TaskNotFoundError when the run has no
+        registered task set."""
+        known = self._provisioning.get(run_id)
+        if known is not None:
+            self._provisioning.move_to_end(run_id)
+            return known
+        raw = await self.redis.get(self._selection_key(run_id))
+        if raw is None:
+            raise TaskNotFoundError(f"run {run_id!r} has no registered task set")
+        provisioning = _provisioning_of(run_id, json.loads(raw))
+        self._provisioning[run_id] = provisioning
+        while len(self._provisioning) > self.runs_cached:
+            self._provisioning.popitem(last=False)
+        return provisioning
 
     async def get(self, run_id: str, task_id: str) -> Task:
         """One of the run's tasks; TaskNotFoundError (naming the run) when the run has no
@@ -287,3 +323,14 @@ class RunTasks:
         while len(self._cache) > self.runs_cached:
             self._cache.popitem(last=False)
         return task
+
+
+def _provisioning_of(run_id: str, selection: dict[str, Any]) -> TaskProvisioning:
+    """A registration's provisioning; one written before runs had any: the defaults."""
+    document = selection.get("provisioning")
+    if document is None:
+        return DEFAULT_PROVISIONING
+    try:
+        return TaskProvisioning.from_json(document)
+    except ValueError as error:
+        raise TaskSetError(f"run {run_id!r}: its registered task set: {error}") from None

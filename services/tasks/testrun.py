@@ -40,6 +40,7 @@ from etude.sandbox.config import SandboxConfig
 from etude.sandbox.limits import CgroupSupport, SessionCgroup, limited
 from etude.sandbox.procs import descendants, kill_all
 from etude.tasks.grading_config import command_args, override_args, read_options
+from etude.tasks.pyenv_marker import RUNNING_PYTHON, NotAnEnvironmentError, read_environment
 
 PLUGIN_SOURCE = Path(__file__).with_name("grading_plugin.py")
 # Options the grader always sets; they come after the task's own so they win.
@@ -111,13 +112,17 @@ def run_pytest(
     test_paths: tuple[str, ...] = (),
     options_from: Path | None = None,
     cgroups: CgroupSupport | None = None,
+    python_environment: Path | None = None,
 ) -> TestRun:
     """Run the pytest arguments of `command` on `workdir`, sandboxed when `bwrap` is given.
 
     `test_paths` (relative to `workdir`) are what to collect (empty: the configured
     `testpaths`); `options_from` is the tree whose pytest configuration applies
     (default: `workdir` itself, for trusted trees); `cgroups` defaults to what the host
-    offers. Raises `UnsupportedTestCommand` for a command that is not pytest."""
+    offers; `python_environment`, the root of the task's environment (etude.tasks.pyenv),
+    whose packages the tests import. Raises `UnsupportedTestCommand` for a command that is
+    not pytest, NotAnEnvironmentError for an environment that is not one of this Python."""
+    site_dirs = _site_dirs(python_environment) if python_environment is not None else []
     workspace = WORKSPACE if bwrap is not None else str(workdir.resolve())
     args = [
         *override_args(read_options(options_from or workdir), workspace),
@@ -134,7 +139,10 @@ def run_pytest(
     os.write(key_write, key.hex().encode())
     os.close(key_write)
     report_read, report_write = _high_pipe()
-    spec = {"workspace": workspace, "key_fd": key_read, "report_fd": report_write, "args": args}
+    spec = {
+        "workspace": workspace, "key_fd": key_read, "report_fd": report_write, "args": args,
+        "site_dirs": site_dirs,
+    }  # fmt: skip
     python = [
         # -B: no bytecode is written. The program points the bytecode cache at nowhere
         # before the tree's first import, so none planted there is read instead of source.
@@ -145,6 +153,7 @@ def run_pytest(
         python = sandbox_argv(
             bwrap, workspace_args=bind_args(workdir), ro_binds=config.ro_binds, info_fd=None,
             command=python, uid=config.uid, gid=config.uid, tmp_bytes=config.tmp_bytes,
+            python_environment=python_environment,
         )  # fmt: skip
     cgroup = SessionCgroup(
         cgroups or host_cgroups(), f"etude-grade-{os.getpid()}-{secrets.token_hex(6)}", config
@@ -180,6 +189,24 @@ def run_pytest(
         reader.outcomes(), reader.messages, process.returncode, False, seconds, text,
         reader.collection_errors, reader.done, reader.problem,
     )  # fmt: skip
+
+
+def _site_dirs(python_environment: Path) -> list[str]:
+    """The environment's site-packages, for the runner to add once pytest is imported.
+
+    The tests run on this interpreter, not the environment's own python: the runner must be
+    the real pytest, imported before anything of the tree, and the environment's python
+    puts the workspace on its path at startup (its `.pth`), where a planted `pytest/` or
+    `sitecustomize.py` would load first. Its site-packages are added as a site directory
+    instead (its `.pth` files processed), ahead of this interpreter's own, as its python
+    would have them. That needs the same Python version (compiled packages are per version)."""
+    environment = read_environment(python_environment)
+    if environment.python_version != RUNNING_PYTHON:
+        raise NotAnEnvironmentError(
+            f"{python_environment} is an environment of Python {environment.python_version}; "
+            f"the tests run on Python {RUNNING_PYTHON}"
+        )
+    return [str(environment.purelib)]
 
 
 def _absolute_paths(args: list[str], workspace: str) -> list[str]:

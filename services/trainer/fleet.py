@@ -32,7 +32,7 @@ from etude.inference.sim_backend import SimBackend
 from etude.reward.sim import SimScorer
 from etude.rollout.client import Orchestrator, TaskCycle, first_prompt
 from etude.rollout.router import Router
-from etude.rollout.service import WorkerParts, assemble_worker
+from etude.rollout.service import WorkerParts, assemble_worker, repositories_only
 from etude.sim.clock import SimClock
 from etude.sim.scenario import Scenario
 from etude.sim.tokenizer import WordTokenizer
@@ -204,7 +204,7 @@ class SimulatedFleet:
 
         parts = WorkerParts(
             router, environment, SimScorer(scenario, clock), WordTokenizer(),
-            lambda task: Path("/simulated"), task_of,
+            repositories_only(lambda task: Path("/simulated")), task_of,
         )  # fmt: skip
         worker = assemble_worker(
             parts, client, self.run_id, "worker", config, queue,

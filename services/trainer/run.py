@@ -95,6 +95,7 @@ class TrainingRun:
         # task set): what the workers and the reward service look tasks up in.
         taskset = await RunTasks(self.redis).ensure(self.run_id, config.tasks)
         self.train_tasks, self.eval_tasks = taskset.train, taskset.held_out
+        self.provisioning = taskset.provisioning
         self.demonstrated_tasks, self.rl_tasks = self.train_tasks, self.train_tasks
         if config.sft.split_projects:
             self.demonstrated_tasks, self.rl_tasks = split_by_project(
@@ -120,10 +121,12 @@ class TrainingRun:
         for client in (environment, reward):
             enter(client.close)
         enter(self.publisher.close)
-        # Evaluation and SFT demonstrations run here, through the agent loop.
+        # Evaluation and SFT demonstrations run here, through the agent loop, on tasks built
+        # from where the run's registration says (as the workers build them).
         self.episodes = InProcessEpisodes(
-            environment, reward, self.tokenizer, config.rollout, settings.stack.run_dir / "tasks"
-        )
+            environment, reward, self.tokenizer, config.rollout, settings.stack.run_dir / "tasks",
+            provisioning=self.provisioning,
+        )  # fmt: skip
         self.orchestrator = Orchestrator.for_run(
             self.redis, self.run_id, TaskCycle(self.rl_tasks, config.tasks.seed),
             config.rollout, settings.queue, hint_tier=config.tasks.hint_tier,

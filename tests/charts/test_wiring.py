@@ -234,14 +234,15 @@ def _deployment(objects, component: str) -> dict:
 
 
 @pytest.mark.parametrize("existing", ["", "nfs-tasks"])
-def test_rollout_environment_and_search_share_the_task_repositories(existing):
-    """A worker hands the environment a repository path; the environment has search index
-    it: the three pods must see the same files at the same path."""
+def test_rollout_environment_search_and_reward_share_the_task_repositories(existing):
+    """A worker hands the environment a repository path (and a Python environment's); the
+    environment has search index it; a run's task sources lie there, and the reward service
+    builds what it grades from them: the four pods must see the same files at the same path."""
     from tests.charts.chart import render
 
     objects = render({"sharedTasks": {"existingClaim": existing}})
     claims = set()
-    for component in ("rollout", "environment", "search"):
+    for component in ("rollout", "environment", "search", "reward"):
         pod = _deployment(objects, component)
         [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "tasks"]
         assert mount["mountPath"] == "/shared/tasks"

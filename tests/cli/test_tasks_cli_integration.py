@@ -4,7 +4,13 @@ records in real sandboxes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +21,16 @@ from etude.sandbox.bwrap import find_bwrap
 from etude.tasks.materialize import TASKS_FILE
 from etude.tasks.task import read_jsonl
 from tests.conftest import skip_without_sandboxes
-from tests.tasks.layouts import TEXTBITS, tar_sdist, write
+from tests.tasks.layouts import (
+    BROKEN_CONFTEST,
+    OLD_HOOK_CONFTEST,
+    SELF_VERSIONED,
+    TEXTBITS,
+    tar_sdist,
+    write,
+    write_statbits,
+)
+from tests.tasks.tiny_projects import tinydep_wheelhouse
 from tests.tasks.upstream import git
 
 pytestmark = pytest.mark.integration
@@ -72,12 +87,112 @@ def test_synth_verify_and_grade_a_project_from_its_sdist(tmp_path):
         # Every test module fails to import: the suite cannot run; no test "failed".
         (lambda d: write(d / "lib", {"lib.py": "X = 1\n", "tests/test_lib.py": "import nope\n"}),
          "the suite could not run: tests/test_lib.py: ModuleNotFoundError"),
+        # pytest stops before collecting: it says only "usage error" or a traceback.
+        (lambda d: write(d / "lib", BROKEN_CONFTEST),
+         "conftest 'tests/conftest.py' does not import: ModuleNotFoundError: No module named "
+         "'not_an_installed_module' (a dependency the suite's Python lacks: build the project "
+         "an environment with --environment"),
+        (lambda d: write(d / "sv", SELF_VERSIONED),
+         "PackageNotFoundError: No package metadata was found for selfversion (the project "
+         "reads its own installed package metadata"),
     ],
 )  # fmt: skip
 def test_unusable_projects_are_clear_errors(tmp_path, make, message):
     result = etude_tasks("synth", "--path", make(tmp_path), "--out", tmp_path / "out.jsonl")
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.skipif(int(pytest.__version__.split(".")[0]) < 9, reason="pytest 9 refuses it")
+def test_a_hook_of_an_older_pytest_is_said_to_be_one(tmp_path):
+    result = etude_tasks("synth", "--path", write(tmp_path / "lib", OLD_HOOK_CONFTEST),
+                         "--out", tmp_path / "out.jsonl")  # fmt: skip
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "PluginValidationError: Plugin 'tests/conftest.py' for hook 'pytest_ignore_collect'" in (
+        result.output
+    )
+    assert f"do not work with pytest {pytest.__version__}" in result.output
+
+
+def test_synth_a_project_whose_tests_need_a_package_etude_lacks(tmp_path):
+    """Without an environment the tests that import it are left out, and said so; with one
+    built from a wheelhouse they all count, and the tasks record what it installed."""
+    project, out = write_statbits(tmp_path / "statbits"), tmp_path / "stats.jsonl"
+    result = etude_tasks("synth", "--path", project, "--out", out, "--per-project", "5",
+                         "--max-tries", "2", "--workers", "2")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "statbits: 3 tests pass unmutated" in result.output
+    assert "test modules need what is not installed: tinydep (1 modules)" in result.output
+    assert "tried 2 of 2" in result.output  # --max-tries bounds the work
+
+    wheelhouse = tinydep_wheelhouse(tmp_path)
+    result = etude_tasks("synth", "--path", project, "--out", out, "--per-project", "1",
+                         "--wheelhouse", wheelhouse, "--pip-package", "tinydep>=1.0",
+                         "--cache", tmp_path / "cache", "--workers", "2")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "statbits: 5 tests pass unmutated" in result.output
+    assert "not installed" not in result.output
+    [task] = read_jsonl(out)
+    assert task.setup.pip_packages == ("tinydep>=1.0",)
+    # One environment for the baseline and every mutant.
+    [environment] = [p for p in (tmp_path / "cache" / "envs").iterdir() if p.is_dir()]
+    assert environment.name.startswith("statbits@")
+    # The task says its tests ran in an environment: verify and grade build it one (once,
+    # from the same wheelhouse); without, the missing import fails it.
+    given = ("--path", project, "--cache", tmp_path / "v", "--wheelhouse", wheelhouse)
+    result = etude_tasks("verify", "--tasks", out, *given)
+    assert result.exit_code == 0 and "1 of 1 tasks verified" in result.output, result.output
+    assert "1 of 1 tasks are graded in a Python environment" in result.output
+    result = etude_tasks("grade", out, task.id, "--gold", *given)
+    assert result.exit_code == 0 and f"{task.id}: score 1" in result.output, result.output
+    result = etude_tasks("grade", out, task.id, "--empty", *given)
+    assert result.exit_code == 0 and f"{task.id}: score 0" in result.output, result.output
+    result = etude_tasks("verify", "--tasks", out, *given, "--no-environment")
+    assert result.exit_code == 1 and "No module named 'tinydep'" in result.output, result.output
+
+    result = etude_tasks("synth", "--path", project, "--out", out, "--requirements", "nope.txt")
+    assert result.exit_code == 1 and "no requirements file nope.txt in the project" in (
+        result.output
+    ), result.output
+
+
+def test_a_terminated_synth_keeps_its_tasks_and_leaves_no_worker_behind(tmp_path):
+    """SIGTERM (`timeout`, a cancelled CI job) ends the run as Ctrl-C does; by default only
+    the parent would die, its pool's workers blocked for ever on a queue nobody reads."""
+    archive = tar_sdist(tmp_path, "tb-1.2.0", TEXTBITS)
+    out, log = tmp_path / "mine.jsonl", (tmp_path / "log").open("w+")
+    synth = subprocess.Popen(
+        [sys.executable, "-m", "etude.cli", "tasks", "synth", "--path", archive, "--out", out,
+         "--per-project", "1000", "--workers", "2"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "kept textbits." not in (tmp_path / "log").read_text():
+            assert synth.poll() is None and time.monotonic() < deadline, log.read()
+            time.sleep(0.2)
+        synth.send_signal(signal.SIGTERM)
+        assert synth.wait(timeout=60) == 130
+        # Nothing of the run's process group is left (its workers would be).
+        assert not _group_alive(synth.pid, within_s=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(synth.pid, signal.SIGKILL)  # whatever the test failed to stop
+    said = (tmp_path / "log").read_text()
+    assert "Stopped: the " in said and "Traceback" not in said, said
+    assert len(list(read_jsonl(out))) >= 1
+
+
+def _group_alive(group: int, within_s: float) -> bool:
+    """Whether a process of `group` still runs after `within_s` seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from etude.common.run_config import RunConfigError, load_run_config
@@ -42,3 +44,38 @@ def test_every_bundled_config_loads(name):
 
     config = load_run_config(Path(__file__).parents[2] / "configs" / f"{name}.yaml")
     assert config.name == name and config.trainer.steps > 0
+
+
+def test_task_sources_are_read_from_the_working_directory_and_made_absolute(tmp_path, monkeypatch):
+    """What is registered with a run must mean the same to workers running elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    config = load_run_config(None, [
+        "tasks.sources.repositories={acme/shapes: repos/shapes, acme/x: /srv/x}",
+        "tasks.sources.checkouts=[mirrors, ~/more]", "tasks.sources.projects=[dist/p.tar.gz]",
+        "tasks.packages.wheelhouse=../wheels",
+    ])  # fmt: skip
+    sources = config.tasks.sources
+    assert sources.repositories == {
+        "acme/shapes": tmp_path / "repos/shapes",
+        "acme/x": Path("/srv/x"),
+    }
+    assert sources.checkouts == (tmp_path / "mirrors", Path.home() / "more")
+    assert sources.projects == (tmp_path / "dist/p.tar.gz",)
+    assert config.tasks.packages.wheelhouse == tmp_path.parent / "wheels"
+    assert config.tasks.environments == "auto"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["tasks.sources.repositories={../etc: /x}"], "not an owner/name repository name"),
+        (["tasks.sources.repositories={acme/..: /x}"], "not an owner/name repository name"),
+        (["tasks.sources.repositories={shapes: /x}"], "not an owner/name repository name"),
+        (["tasks.packages={wheelhouse: w, index_url: 'https://pypi.example'}"], "not both"),
+        (["tasks.environments=always"], "tasks.environments"),
+        (["tasks.sources.mirrors=[x]"], "tasks.sources.mirrors: Extra inputs"),
+    ],
+)
+def test_bad_task_sources_are_errors_naming_the_key(overrides, message):
+    with pytest.raises(RunConfigError, match=message):
+        load_run_config(None, overrides)

@@ -8,6 +8,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -22,6 +23,7 @@ from etude.gateway.__main__ import make_launcher
 from etude.gateway.app import create_app
 from etude.gateway.config import GatewayConfig, GatewaySettings
 from etude.gateway.launcher import LocalLauncher, RecordOnlyLauncher
+from etude.gateway.validation import gateway_run_dir
 from etude.tasks.materialize import BUNDLED_TASKSETS, HELD_OUT_PROJECTS
 from etude.tasks.task import read_jsonl
 from etude.tasks.taskset import RunTasks
@@ -218,6 +220,41 @@ def test_a_run_s_task_set_is_registered_with_it_uploaded_or_named(client, redis_
     assert {t.id for t in uploaded.train} == trained and uploaded.source == "/home/me/my.jsonl"
     bundled = asyncio.run(registered("named"))
     assert (len(bundled.train), len(bundled.held_out), bundled.source) == (2, 1, "etude-mini")
+
+
+def test_a_run_s_sources_are_registered_with_it_inside_the_run_dir_or_the_shared_volume(
+    client, redis_url
+):
+    """Workers and the reward service build the run's tasks from its sources, so they are
+    registered with its tasks, resolved; a caller may not point them elsewhere on the host."""
+    run_dir = gateway_run_dir()
+    tasks = {"train_limit": 1, "eval_limit": 0, "environments": "off",
+             "sources": {"repositories": {"acme/x": "repos/x"},
+                         "checkouts": ["/shared/tasks/mirrors"]},
+             "packages": {"wheelhouse": "wheels"}}  # fmt: skip
+    reply = client.post("/runs", json={"config": {"tasks": tasks}, "run_id": "sourced"})
+    assert reply.status_code == 201, reply.text
+
+    async def registered():
+        redis = aioredis.Redis.from_url(redis_url)
+        try:
+            return await RunTasks(redis).provisioning("sourced")
+        finally:
+            await redis.aclose()
+
+    provisioning = asyncio.run(registered())
+    assert provisioning.sources.repositories == {"acme/x": run_dir / "repos" / "x"}
+    assert provisioning.sources.checkouts == (Path("/shared/tasks/mirrors"),)
+    assert provisioning.packages.wheelhouse == run_dir / "wheels"
+    assert provisioning.environments == "off"
+    for where in ({"sources": {"checkouts": ["/etc"]}},
+                  {"sources": {"projects": ["../../elsewhere"]}},
+                  {"sources": {"repositories": {"acme/x": "/shared/tasks/../../etc"}}},
+                  {"packages": {"wheelhouse": "/root/wheels"}}):  # fmt: skip
+        refused = client.post("/runs", json={"config": {"tasks": where}, "run_id": "elsewhere"})
+        assert refused.status_code == 422, (where, refused.text)
+        assert "must lie under" in refused.text
+    assert client.get("/runs/elsewhere").status_code == 404
 
 
 def test_a_task_set_that_cannot_be_used_is_refused_and_no_run_recorded(client):

@@ -19,6 +19,7 @@ from etude.rollout.agent import EpisodeRunner, SampledTurn
 from etude.rollout.prompt import IM_END
 from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver
+from etude.rollout.service import repositories_only
 from etude.tasks.materialize import TASKS_FILE, materialize
 from etude.tasks.task import read_jsonl
 from tests.environment.conftest import make_manager
@@ -73,7 +74,7 @@ async def runner(tmp_path, bwrap, cache):  # noqa: F811
     def make(**config) -> EpisodeRunner:
         return EpisodeRunner(
             environment, SessionGrader(environment, grader), TOKENIZER,
-            RolloutConfig(**config), lambda task: materialize(task, cache),
+            RolloutConfig(**config), repositories_only(lambda task: materialize(task, cache)),
         )  # fmt: skip
 
     yield make

@@ -17,6 +17,7 @@ from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.rollout.agent import EpisodeRunner
 from etude.rollout.evaluation import pass_at_1, wilson_interval
+from etude.rollout.service import repositories_only
 from etude.tasks.materialize import materialize
 from etude.tasks.taskset import load_taskset
 from tests.environment.conftest import make_manager
@@ -49,7 +50,7 @@ async def test_pass_at_1_counts_every_sampled_episode_at_the_tier_asked(tmp_path
     runner = EpisodeRunner(
         environment, GradeById(environment, grader, held_out), tokenizer,
         RolloutConfig(max_turns=1, max_new_tokens=8, max_episode_tokens=4096),
-        lambda task: materialize(task, cache),
+        repositories_only(lambda task: materialize(task, cache)),
     )  # fmt: skip
     try:
         result = await pass_at_1(

@@ -24,6 +24,7 @@ from etude.rollout.prompt import (
     observation,
     system_prompt,
 )
+from etude.rollout.service import repositories_only
 from etude.tasks.hints import instruction_at_tier, task_hints
 from etude.tasks.materialize import TASKS_FILE, materialize
 from etude.tasks.task import Task, read_jsonl
@@ -145,7 +146,7 @@ async def test_a_tier_3_episode_opens_with_the_short_prompt_and_the_shown_code_f
     grader = Grader(RewardConfig(cache_dir=cache, tasks_files=(), timeout_seconds=60), bwrap)
     runner = EpisodeRunner(
         environment, GradeById(environment, grader, [task]), tokenizer,
-        RolloutConfig(max_episode_tokens=8192), lambda t: materialize(t, cache),
+        RolloutConfig(max_episode_tokens=8192), repositories_only(lambda t: materialize(t, cache)),
     )  # fmt: skip
     try:
         for tier, short in ((3, True), (0, False)):

@@ -1,5 +1,6 @@
-"""Attacks on which directories a caller may open: CreateSession and IndexWorkspace on
-host directories, on the environment's own files, through symlinks and `..`.
+"""Attacks on which directories a caller may open: CreateSession (its repository and its
+Python environment) and IndexWorkspace on host directories, on the environment's own files,
+through symlinks and `..`.
 
 Each attack goes through the real gRPC service on loopback, must be refused
 (PERMISSION_DENIED, nothing created or indexed), and a repository under the allowed root
@@ -7,6 +8,8 @@ must still work after it.
 """
 
 from __future__ import annotations
+
+import sys
 
 import grpc
 import pytest
@@ -24,6 +27,8 @@ from etude.common.settings import ClientSettings, GrpcSettings
 from etude.environment.server import registration as environment_registration
 from etude.search.server import SearchServicer
 from etude.search.server import registration as search_registration
+from etude.tasks.pyenv import PackageSource, build_environment
+from etude.tasks.task import Task
 from tests.environment.conftest import make_manager
 from tests.search.conftest import engine, minilm, project, shared_cache  # noqa: F401
 
@@ -138,6 +143,55 @@ async def test_create_session_on_the_environments_own_files_is_refused(environme
     reply = await stub.Execute(environment_pb2.ExecuteRequest(session_id=fresh, calls=[listing]))
     assert "notes.txt" in reply.results[0].output
     assert "private.txt" not in reply.results[0].output
+
+
+async def test_a_python_environment_outside_the_roots_or_not_one_is_refused(environment, tmp_path):
+    """A session's Python environment is bound into its sandbox, every file readable: a host
+    directory (etude's own environment included), the environment's own files, or a
+    directory of the task store that no environment build completed are refused, and the
+    service goes on serving sessions, with and without a real environment."""
+    stub, manager, allowed = environment
+    repository = str(allowed / "repo")
+
+    async def create_with(python_environment: str):
+        return await stub.CreateSession(
+            environment_pb2.CreateSessionRequest(
+                repository_path=repository, python_environment=python_environment
+            )
+        )
+
+    async def refused_with(python_environment: str) -> grpc.StatusCode:
+        before = set(manager.sessions)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await create_with(python_environment)
+        assert set(manager.sessions) == before  # no session was created
+        return refused.value.code()
+
+    hostile = {
+        **host_paths(tmp_path, allowed),
+        "etude's-own-venv": sys.prefix,
+        "environment-root": str(manager.config.root_dir),
+    }
+    for name, path in hostile.items():
+        assert await refused_with(path) == DENIED, name
+    half_built = allowed / "envs" / "half-built"
+    (half_built / "bin").mkdir(parents=True)
+    (half_built / "pyvenv.cfg").write_text("home = /usr/bin\n")  # a venv, never marked complete
+    for not_one in (repository, str(half_built)):
+        assert await refused_with(not_one) == grpc.StatusCode.INVALID_ARGUMENT, not_one
+
+    plain = (await create(stub, repository)).session_id
+    assert "two" in await read(stub, plain, "notes.txt")
+    task = Task(id="t", repo="acme/repo", base_commit="a" * 40, instruction="",
+                test_patch="", fail_to_pass=(), pass_to_pass=())  # fmt: skip
+    built = build_environment(task, allowed / "repo", allowed / "envs", PackageSource())
+    session = (await create_with(str(built.root))).session_id
+    call = common_pb2.ToolCall(
+        id="c", name="run_terminal_command",
+        arguments={"command": "python -c 'import sys; print(sys.prefix)'"},
+    )  # fmt: skip
+    reply = await stub.Execute(environment_pb2.ExecuteRequest(session_id=session, calls=[call]))
+    assert reply.results[0].output.split()[0] == str(built.root)
 
 
 # -- search ------------------------------------------------------------------------------

@@ -7,6 +7,14 @@
   xfailed test, setup.cfg configuration that asks for doctests; a plain directory.
 - `unitconv`: tests inside the package (`unitconv/tests/`), a module that cannot be
   collected (a dependency that is not installed), named only by PKG-INFO; a `.zip`.
+- `dateparts` (as python-dateutil 2.9 has it): `filterwarnings = error`, a parametrize
+  argument pytest deprecates, and a conftest that marks every test with pytest-cov's
+  `no_cover` (a mark pytest does not know without the plugin).
+- `statbits`: a test module imports `tinydep`, a package etude's own Python lacks, which
+  the project declares (tests/tasks/tiny_projects.py builds it and its wheelhouse).
+- Suites pytest cannot start: a conftest.py with a hook of an older pytest
+  (`pytest_ignore_collect(path, config)`, as boltons 25.0 has it), a conftest.py that
+  imports what is not installed; a package that reads its own installed metadata.
 
 Each is written from the dicts below (a file here per file there would be collected as
 this repository's own tests).
@@ -241,6 +249,152 @@ def test_arrays():
     assert not_an_installed_module
 """,
 }
+
+
+DATEPARTS = {
+    "setup.cfg": """\
+[metadata]
+name = dateparts
+
+[tool:pytest]
+pythonpath = .
+filterwarnings =
+    error
+""",
+    "dateparts/__init__.py": '''\
+"""Splitting ISO dates."""
+
+
+def split_date(text):
+    year, month, day = (int(part) for part in text.split("-"))
+    if not 1 <= month <= 12:
+        raise ValueError(f"no month {month}")
+    return year, month, day
+
+
+def is_leap(year):
+    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+''',
+    "tests/conftest.py": """\
+import pytest
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.no_cover)  # pytest-cov's mark
+""",
+    "tests/test_parts.py": """\
+import pytest
+
+from dateparts import is_leap, split_date
+
+DATES = {"2024-01-02": (2024, 1, 2), "1999-12-31": (1999, 12, 31)}
+
+
+# A generator: pytest deprecates parametrizing with an iterable that is not a collection.
+@pytest.mark.parametrize("text", (text for text in DATES))
+def test_split(text):
+    assert split_date(text) == DATES[text]
+
+
+def test_bad_month():
+    with pytest.raises(ValueError):
+        split_date("2024-13-01")
+
+
+def test_leap_years():
+    assert is_leap(2024) and is_leap(2000)
+    assert not is_leap(1900) and not is_leap(2023)
+""",
+}
+
+STATBITS = {
+    "statbits/__init__.py": "",
+    "statbits/core.py": """\
+def mean(values):
+    if not values:
+        return 0
+    return sum(values) / len(values)
+
+
+def spread(values):
+    low, high = min(values), max(values)
+    return high - low
+""",
+    "statbits/doubling.py": """\
+from tinydep import double
+
+
+def doubled_total(values, start=0):
+    total = start
+    for value in values:
+        total += value
+    return double(total)
+""",
+    "tests/test_core.py": """\
+from statbits.core import mean, spread
+
+
+def test_mean():
+    assert mean([1, 2, 6]) == 3
+
+
+def test_mean_of_nothing():
+    assert mean([]) == 0
+
+
+def test_spread():
+    assert spread([4, 1, 9]) == 8
+""",
+    "tests/test_doubling.py": """\
+from statbits.doubling import doubled_total
+
+
+def test_doubled_total():
+    assert doubled_total([1, 2, 3]) == 12
+
+
+def test_doubled_total_of_nothing():
+    assert doubled_total([]) == 0
+""",
+}
+STATBITS_CONFIG = """
+[project]
+name = "statbits"
+version = "1.0"
+dependencies = ["tinydep>=1.0"]
+
+[tool.pytest.ini_options]
+pythonpath = ["."]
+"""
+"""Added to the pyproject.toml tests/tasks/tiny_projects.py writes (it builds the project)."""
+
+OLD_HOOK_CONFTEST = {
+    "pytest.ini": "[pytest]\npythonpath = .\n",
+    "lib.py": "def answer():\n    return 42\n",
+    "tests/conftest.py": "def pytest_ignore_collect(path, config):\n    return False\n",
+    "tests/test_lib.py": "from lib import answer\n\n\ndef test_it():\n    assert answer() == 42\n",
+}
+BROKEN_CONFTEST = {**OLD_HOOK_CONFTEST, "tests/conftest.py": "import not_an_installed_module\n"}
+# Reads its version from its installed metadata at import, as humanize 4.9 (and many a
+# hatch or setuptools-scm project) does: its suite, run on its source, cannot import it.
+SELF_VERSIONED = {
+    "pyproject.toml": '[project]\nname = "selfversion"\nversion = "1.0"\n',
+    "selfversion/__init__.py": (
+        "import importlib.metadata\n\n__version__ = importlib.metadata.version(__name__)\n"
+    ),
+    "tests/test_version.py": "import selfversion\n\n\ndef test_it():\n    assert selfversion\n",
+}
+
+
+def write_statbits(root: Path) -> Path:
+    """`statbits` at `root`, which pip builds offline (tests/tasks/tiny_backend.py)."""
+    from tests.tasks.tiny_projects import make_project
+
+    make_project(root, "statbits", "tinydep>=1.0", STATBITS, ".")
+    with (root / "pyproject.toml").open("a") as pyproject:
+        pyproject.write(STATBITS_CONFIG)
+    return root
 
 
 def write(root: Path, files: dict[str, str]) -> Path:

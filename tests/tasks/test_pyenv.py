@@ -4,7 +4,6 @@ never from an installed copy."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import threading
@@ -25,41 +24,14 @@ from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Setup, Task
 from tests.conftest import skip_without_sandboxes
 from tests.environment.conftest import make_manager
+from tests.tasks.tiny_projects import make_project, tinydep_wheelhouse
 from tests.tasks.upstream import git
-
-# Each tiny project builds with tests/tasks/tiny_backend.py, in its own tree.
-PYPROJECT = """[build-system]
-requires = []
-build-backend = "backend"
-backend-path = ["."]
-"""
-
-
-def make_project(root: Path, name: str, requires: str, modules: dict[str, str], src: str):
-    root.mkdir(parents=True)
-    (root / "pyproject.toml").write_text(PYPROJECT)
-    shutil.copy(Path(__file__).with_name("tiny_backend.py"), root / "backend.py")
-    (root / "PROJECT").write_text(f"{name}|1.0|{requires}|{src}")
-    for path, text in modules.items():
-        (root / src / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / src / path).write_text(text)
 
 
 @pytest.fixture
 def wheelhouse(tmp_path: Path) -> Path:
     """tinydep 1.0, as a wheel."""
-    project = tmp_path / "tinydep"
-    make_project(
-        project, "tinydep", "", {"tinydep/__init__.py": "def double(x):\n    return 2 * x\n"}, "."
-    )
-    house = tmp_path / "wheelhouse"
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-index", "--no-deps", "-q",
-         "-w", str(house), str(project)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return house
+    return tinydep_wheelhouse(tmp_path)
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@ skipped or xfailed test never voids a candidate."""
 from __future__ import annotations
 
 from etude.tasks import testrun
+from etude.tasks.synth.suite import discover
 from etude.tasks.synth.synthesize import Baseline, judge
+from tests.tasks.layouts import DATEPARTS, TEXTBITS, write
 
 A, B, C, SKIPPED = (f"tests/test_x.py::test_{n}" for n in ("a", "b", "c", "skipped"))
 
@@ -55,3 +57,24 @@ def test_a_suite_that_could_not_run_is_no_task():
     interrupted = mutant(exit_code=2, errors={"tests/test_x.py": "E   SyntaxError: bad"})
     assert interrupted.suite_error
     assert judge(BASE, interrupted, 4) is None
+
+
+def test_pytest_own_warnings_stay_warnings_where_the_project_makes_warnings_errors(tmp_path):
+    """`filterwarnings = error` written for another pytest, or with plugins: pytest's own
+    deprecations and unknown plugin marks would stop the whole run."""
+    root = write(tmp_path / "dateparts", DATEPARTS)
+    args = discover(root, sorted(DATEPARTS)).args
+    assert args == ("-W", "ignore::pytest.PytestDeprecationWarning",
+                    "-W", "ignore::pytest.PytestUnknownMarkWarning")  # fmt: skip
+    root = write(tmp_path / "textbits", TEXTBITS)
+    assert "-W" not in discover(root, sorted(TEXTBITS)).args
+
+
+def test_missing_modules_are_counted_from_the_collection_errors():
+    run = testrun.TestRun(exit_code=1, complete=True, collection_errors={
+        "tests/a.py": "E   ModuleNotFoundError: No module named 'six'",
+        "tests/b.py": "E   ModuleNotFoundError: No module named 'six.moves'",
+        "tests/c.py": "E   ModuleNotFoundError: No module named 'six'",
+        "tests/d.py": "E   NameError: name 'x' is not defined",
+    })  # fmt: skip
+    assert Baseline(run, frozenset(), {}, 15.0).missing_modules == {"six": 2, "six.moves": 1}

@@ -18,7 +18,15 @@ from etude.tasks.sources import RepositorySources
 from etude.tasks.synth.sources import opened
 from etude.tasks.synth.synthesize import SynthOptions, kept_mutants, load_project, to_task
 from etude.tasks.testrun import run_pytest
-from tests.tasks.layouts import COLORPARSE, TEXTBITS, UNITCONV, tar_sdist, write, zip_sdist
+from tests.tasks.layouts import (
+    COLORPARSE,
+    DATEPARTS,
+    TEXTBITS,
+    UNITCONV,
+    tar_sdist,
+    write,
+    zip_sdist,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -81,6 +89,8 @@ def test_the_repository_has_one_commit_and_no_hidden_tests(tiny_project, bwrap, 
         ("textbits", lambda d: tar_sdist(d, "tb-1.2.0", TEXTBITS)),  # tests/, plugin addopts
         ("colorparse", lambda d: write(d / "my-colours", COLORPARSE)),  # test/, a skipped test
         ("unitconv", lambda d: zip_sdist(d, "unitconv-0.1", UNITCONV)),  # inside the package
+        # Warnings are errors, and pytest warns of the suite (as in python-dateutil 2.9).
+        ("dateparts", lambda d: tar_sdist(d, "dateparts-1.0", DATEPARTS)),
     ],
 )
 async def test_each_layout_makes_tasks_that_verify_from_their_source(tmp_path, bwrap, name, source):
@@ -98,3 +108,15 @@ async def test_each_layout_makes_tasks_that_verify_from_their_source(tmp_path, b
     sources = RepositorySources(projects=(path,))
     [verdict] = await verify_all([task], tmp_path / "cache", bwrap, sources=sources)
     assert verdict.ok, verdict.problem
+
+
+def test_the_limits_bound_the_tries(tiny_project, bwrap):
+    project = load_project(tiny_project)
+    tried = []
+    options = SynthOptions(per_project=20, max_tries=3, workers=2)
+    kept = list(kept_mutants(project, options, bwrap, lambda t, k, o: tried.append(t)))
+    assert tried == [1, 2, 3] and len(kept) <= 3
+    tried.clear()
+    out_of_time = SynthOptions(per_project=20, time_limit_s=1e-9, workers=2)
+    assert list(kept_mutants(project, out_of_time, bwrap, lambda t, k, o: tried.append(t))) == []
+    assert tried == []

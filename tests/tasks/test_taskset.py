@@ -2,7 +2,7 @@
 projects stay out of training at every hint tier; tasks that cannot be shown at the run's
 tiers are skipped with a logged reason. Task sets are read from JSONL (Parquet and datasets
 directories where their packages are installed) and registered with their run in a real
-Redis, where a task is found by run."""
+Redis, where a task is found by run, with where the run's tasks are built from."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -18,6 +19,9 @@ from etude.common.run_config import TasksConfig
 from etude.tasks.draw import project_of
 from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import HELD_OUT_PROJECTS, TASKS_FILE
+from etude.tasks.provisioning import DEFAULT_PROVISIONING, TaskProvisioning
+from etude.tasks.pyenv import PackageSource
+from etude.tasks.sources import RepositorySources
 from etude.tasks.store import TaskNotFoundError
 from etude.tasks.task import read_jsonl
 from etude.tasks.taskset import RunTasks, TaskSetError, load_taskset, read_tasks, select_tasks
@@ -140,6 +144,48 @@ async def test_a_run_s_tasks_are_registered_once_and_read_back_in_order(run_task
     mine = await run_tasks.ensure("r2", TasksConfig(taskset="my.jsonl"), copies)
     assert sorted(t.id for t in mine.train) == sorted(t.id for t in copies if t.split == "train")
     assert mine.source == "my.jsonl"
+
+
+async def test_a_run_s_provisioning_is_registered_with_its_tasks_and_kept(run_tasks):
+    """Where a run's tasks are built from travels with them; a resume with another config
+    keeps what was registered, and a registration from before provisioning had the defaults."""
+    config = TasksConfig(
+        train_limit=1, eval_limit=0, environments="off",
+        sources={"repositories": {"acme/x": "/srv/x"}, "checkouts": ["/srv/mirrors"],
+                 "projects": ["/srv/p.tar.gz"]},
+        packages={"index_url": "https://pypi.example/simple"},
+    )  # fmt: skip
+    registered = await run_tasks.ensure("r", config)
+    expected = TaskProvisioning(
+        RepositorySources({"acme/x": Path("/srv/x")}, (Path("/srv/mirrors"),),
+                          (Path("/srv/p.tar.gz"),)),
+        PackageSource(None, "https://pypi.example/simple"), "off",
+    )  # fmt: skip
+    assert registered.provisioning == expected
+    assert (await run_tasks.selection("r")).provisioning == expected
+    assert await run_tasks.provisioning("r") == expected
+    resumed = await run_tasks.ensure("r", TasksConfig(train_limit=1, eval_limit=0))
+    assert resumed.provisioning == expected
+    with pytest.raises(TaskNotFoundError, match="run 'bare' has no registered task set"):
+        await run_tasks.provisioning("bare")
+    # Registered by an older etude: no provisioning in the selection.
+    await run_tasks.redis.set("t:run:old:taskset", json.dumps({"source": "x", "train": [],
+                                                              "held_out": []}))  # fmt: skip
+    assert await run_tasks.provisioning("old") == DEFAULT_PROVISIONING
+    assert DEFAULT_PROVISIONING.environments == "auto"
+
+
+def test_a_run_wants_python_environments_for_tasks_that_are_not_bundled():
+    auto = TaskProvisioning.from_config(TasksConfig())
+    off = TaskProvisioning.from_config(TasksConfig(environments="off"))
+    theirs = dataclasses.replace(ALL[0], repo="acme/x")
+    assert [auto.wants_environment(t) for t in (ALL[0], theirs)] == [False, True]
+    assert not off.wants_environment(theirs)
+    assert TaskProvisioning.from_json(auto.to_json()) == auto
+    with pytest.raises(ValueError, match="environments 'sometimes'"):
+        TaskProvisioning.from_json({**auto.to_json(), "environments": "sometimes"})
+    with pytest.raises(ValueError, match="malformed task provisioning"):
+        TaskProvisioning.from_json({"environments": "auto"})
 
 
 async def test_a_task_the_run_does_not_have_is_not_found_naming_the_run(run_tasks):

@@ -5,8 +5,13 @@ run driver in this process or as an `etude train` process.
 * a task set from a JSONL file (copies of bundled tasks under new ids) is registered with
   the run, and every part finds its tasks there: the run trains, SFT skipped for want of
   anything to demonstrate;
-* a rollout whose task the run does not have, or whose repository cannot be built, fails the
-  run at once with the reason, and its entry is not retried into the dead-letter stream;
+* a task set of a git repository made here, given by `tasks.sources.repositories`, whose
+  project needs a package only a wheelhouse made here has: the workers, the trainer's own
+  episodes and the reward service build it from the run's registered sources, each episode
+  in the task's Python environment; SFT and 2 RL steps;
+* a rollout whose task the run does not have, or whose repository cannot be built (a
+  bundled project that does not exist, a repository no source holds), fails the run at once
+  with the reason, and its entry is not retried into the dead-letter stream;
 * a run whose `etude train` process is killed is ended by the gateway's reaper: `stopped`
   when a stop was asked for, else `failed`.
 """
@@ -43,6 +48,7 @@ from etude.tasks.materialize import TASKS_FILE
 from etude.tasks.task import read_jsonl, write_jsonl
 from etude.trainer.driver import Driver
 from etude.trainer.run import TrainingRun
+from tests.tasks.tiny_projects import make_stats_task, tinydep_wheelhouse
 from tests.trainer.conftest import endpoints, register, worker_spec
 
 pytestmark = pytest.mark.integration
@@ -124,6 +130,61 @@ async def test_a_run_on_a_jsonl_task_set_of_its_own_trains(stack, tmp_path):
     assert shown["eval_before"]["episodes"] == shown["eval_after"]["episodes"] == 1
     trained = [json.loads(line) for line in (Path(record.output_dir) / "metrics.jsonl").open()]
     assert [r["step"] for r in trained if r["phase"] == "rl"] == [1, 2]
+
+
+async def test_a_run_on_a_repository_of_its_own_trains_in_the_task_s_environment(stack, tmp_path):
+    """acme/stats from its own git repository (the fix in its history), its dependency from
+    a wheelhouse: nothing of it is bundled or installed where etude runs. SFT demonstrates
+    the task through the real services, then RL trains 2 steps; every score is the hidden
+    tests' verdict in the task's environment (a missing dependency would be a suite error)."""
+    task = make_stats_task(tmp_path / "repos" / "stats")
+    path = tmp_path / "stats.jsonl"
+    write_jsonl(path, [task])
+    config = parse_run_config({
+        **RUN, "output_dir": str(tmp_path / "out"),
+        "tasks": {"taskset": str(path), "eval_limit": 0,
+                  "sources": {"repositories": {"acme/stats": str(tmp_path / "repos" / "stats")}},
+                  "packages": {"wheelhouse": str(tinydep_wheelhouse(tmp_path))}},
+        "sft": {"steps": 1, "batch_size": 1},
+        # Room for the scripted demonstration: search, read, edit, submit.
+        "rollout": {**RUN["rollout"], "max_turns": 6, "max_episode_tokens": 3072},
+    })  # fmt: skip
+    view = Quiet()
+    driver = Driver(config, None, stack.settings, endpoints(stack), view, stack=stack)
+    assert await asyncio.wait_for(driver.main(resume=False), timeout=300) == 0
+    record = await record_of(endpoints(stack).redis_url, driver.run_id)
+    assert (record.status, record.step, record.error) == ("finished", 2, "")
+    shown = view.shown
+    assert "sft_skipped" not in shown and shown["sft_steps"] == 1, shown
+    trained = [json.loads(line) for line in (Path(record.output_dir) / "metrics.jsonl").open()]
+    assert [r["step"] for r in trained if r["phase"] == "rl"] == [1, 2]
+    # One environment of the task's dependencies, shared by the workers, the trainer and the
+    # reward service of this machine, built from the registered wheelhouse.
+    [environment] = (stack.run_dir / "tasks" / "envs").glob("acme__stats@*")
+    assert "tinydep==1.0" in (environment / "etude-environment.json").read_text()
+
+
+async def test_a_task_whose_repository_no_source_holds_fails_the_run_with_the_reason(
+    stack, tmp_path
+):
+    task = make_stats_task(tmp_path / "repos" / "stats")
+    path = tmp_path / "stats.jsonl"
+    write_jsonl(path, [task])
+    missing = tmp_path / "repos" / "moved-away"
+    config = parse_run_config({
+        **RUN, "output_dir": str(tmp_path / "out"),
+        "tasks": {"taskset": str(path), "eval_limit": 0,
+                  "sources": {"repositories": {"acme/stats": str(missing)}}},
+    })  # fmt: skip
+    driver = Driver(config, None, stack.settings, endpoints(stack), Quiet(), stack=stack)
+    started = time.monotonic()
+    with pytest.raises(RunFailedError, match="its repository cannot be built"):
+        await asyncio.wait_for(driver.main(resume=False), timeout=120)
+    assert time.monotonic() - started < 60
+    record = await record_of(endpoints(stack).redis_url, driver.run_id)
+    assert record.status == "failed"
+    assert "TaskUnusableError" in record.error, record.error
+    assert f"acme/stats: {missing} is not a git repository" in record.error, record.error
 
 
 async def test_a_rollout_of_a_task_the_run_does_not_have_fails_the_run_at_once(stack, tmp_path):

@@ -28,6 +28,7 @@ from etude.rollout.prompt import IM_END
 from etude.rollout.samplers import ScriptedSampler
 from etude.rollout.scripted import ScriptedSolver
 from etude.rollout.scripted_honesty import derivable_violations, episode_from_text
+from etude.rollout.service import repositories_only
 from etude.rollout.types import Demonstrations
 from etude.sandbox.bwrap import find_bwrap
 from etude.tasks.materialize import LOCATE_STUBBED_TASKS_FILE, materialize
@@ -56,7 +57,7 @@ class Stack:
         grader = Grader(config, find_bwrap(None))
         self.runner = EpisodeRunner(
             self.environment, SessionGrader(self.environment, grader, list(tasks)), TOKENIZER,
-            RolloutConfig(), lambda task: materialize(task, root / "tasks"),
+            RolloutConfig(), repositories_only(lambda task: materialize(task, root / "tasks")),
         )  # fmt: skip
 
 
@@ -128,7 +129,7 @@ async def test_the_loss_covers_exactly_the_assistant_turns(tasks, tmp_path):
     stack = Stack(tmp_path, tasks)
     task = tasks[0]
     try:
-        solver = ScriptedSolver(task, stack.runner.repository_for(task), tier=1)
+        solver = ScriptedSolver(task, (await stack.runner.prepare("r", task)).repository, tier=1)
         sampler = Recording(solver, TOKENIZER)
         request = RolloutRequest(
             run_id="r", task_id=task.id, group_id="g", sample_index=0, min_policy_version=0,

@@ -25,39 +25,39 @@ _sym_db = _symbol_database.Default()
 from etude.api.v1 import common_pb2 as etude_dot_api_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65tude/api/v1/environment.proto\x12\x0c\x65tude.api.v1\x1a\x19\x65tude/api/v1/common.proto\"p\n\x14\x43reateSessionRequest\x12%\n\x07task_id\x18\x01 \x01(\x0b\x32\x14.etude.api.v1.TaskId\x12\x17\n\x0frepository_path\x18\x02 \x01(\t\x12\x18\n\x10idle_ttl_seconds\x18\x03 \x01(\x01\"u\n\x15\x43reateSessionResponse\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12\x16\n\x0eworkspace_mode\x18\x02 \x01(\t\x12\x17\n\x0fsandbox_backend\x18\x03 \x01(\t\"v\n\x0e\x45xecuteRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12%\n\x05\x63\x61lls\x18\x02 \x03(\x0b\x32\x16.etude.api.v1.ToolCall\x12\x10\n\x08parallel\x18\x03 \x01(\x08\"<\n\x0f\x45xecuteResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.etude.api.v1.ToolResult\":\n\x0b\x46orkRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\";\n\x0c\x46orkResponse\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\":\n\x0b\x44iffRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\";\n\x0c\x44iffResponse\x12\x14\n\x0cunified_diff\x18\x01 \x01(\t\x12\x15\n\rchanged_paths\x18\x02 \x03(\t\"B\n\x13\x43loseSessionRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\"\x16\n\x14\x43loseSessionResponse\"\x12\n\x10ListToolsRequest\"X\n\x0fToolDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x10\n\x08required\x18\x03 \x03(\t\x12\x10\n\x08optional\x18\x04 \x03(\t\"U\n\x11ListToolsResponse\x12,\n\x05tools\x18\x01 \x03(\x0b\x32\x1d.etude.api.v1.ToolDescription\x12\x12\n\npath_rules\x18\x02 \x01(\t2\xd9\x03\n\x12\x45nvironmentService\x12X\n\rCreateSession\x12\".etude.api.v1.CreateSessionRequest\x1a#.etude.api.v1.CreateSessionResponse\x12\x46\n\x07\x45xecute\x12\x1c.etude.api.v1.ExecuteRequest\x1a\x1d.etude.api.v1.ExecuteResponse\x12=\n\x04\x46ork\x12\x19.etude.api.v1.ForkRequest\x1a\x1a.etude.api.v1.ForkResponse\x12=\n\x04\x44iff\x12\x19.etude.api.v1.DiffRequest\x1a\x1a.etude.api.v1.DiffResponse\x12U\n\x0c\x43loseSession\x12!.etude.api.v1.CloseSessionRequest\x1a\".etude.api.v1.CloseSessionResponse\x12L\n\tListTools\x12\x1e.etude.api.v1.ListToolsRequest\x1a\x1f.etude.api.v1.ListToolsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65tude/api/v1/environment.proto\x12\x0c\x65tude.api.v1\x1a\x19\x65tude/api/v1/common.proto\"\x8c\x01\n\x14\x43reateSessionRequest\x12%\n\x07task_id\x18\x01 \x01(\x0b\x32\x14.etude.api.v1.TaskId\x12\x17\n\x0frepository_path\x18\x02 \x01(\t\x12\x18\n\x10idle_ttl_seconds\x18\x03 \x01(\x01\x12\x1a\n\x12python_environment\x18\x04 \x01(\t\"u\n\x15\x43reateSessionResponse\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12\x16\n\x0eworkspace_mode\x18\x02 \x01(\t\x12\x17\n\x0fsandbox_backend\x18\x03 \x01(\t\"v\n\x0e\x45xecuteRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\x12%\n\x05\x63\x61lls\x18\x02 \x03(\x0b\x32\x16.etude.api.v1.ToolCall\x12\x10\n\x08parallel\x18\x03 \x01(\x08\"<\n\x0f\x45xecuteResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.etude.api.v1.ToolResult\":\n\x0b\x46orkRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\";\n\x0c\x46orkResponse\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\":\n\x0b\x44iffRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\";\n\x0c\x44iffResponse\x12\x14\n\x0cunified_diff\x18\x01 \x01(\t\x12\x15\n\rchanged_paths\x18\x02 \x03(\t\"B\n\x13\x43loseSessionRequest\x12+\n\nsession_id\x18\x01 \x01(\x0b\x32\x17.etude.api.v1.SessionId\"\x16\n\x14\x43loseSessionResponse\"\x12\n\x10ListToolsRequest\"X\n\x0fToolDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x10\n\x08required\x18\x03 \x03(\t\x12\x10\n\x08optional\x18\x04 \x03(\t\"U\n\x11ListToolsResponse\x12,\n\x05tools\x18\x01 \x03(\x0b\x32\x1d.etude.api.v1.ToolDescription\x12\x12\n\npath_rules\x18\x02 \x01(\t2\xd9\x03\n\x12\x45nvironmentService\x12X\n\rCreateSession\x12\".etude.api.v1.CreateSessionRequest\x1a#.etude.api.v1.CreateSessionResponse\x12\x46\n\x07\x45xecute\x12\x1c.etude.api.v1.ExecuteRequest\x1a\x1d.etude.api.v1.ExecuteResponse\x12=\n\x04\x46ork\x12\x19.etude.api.v1.ForkRequest\x1a\x1a.etude.api.v1.ForkResponse\x12=\n\x04\x44iff\x12\x19.etude.api.v1.DiffRequest\x1a\x1a.etude.api.v1.DiffResponse\x12U\n\x0c\x43loseSession\x12!.etude.api.v1.CloseSessionRequest\x1a\".etude.api.v1.CloseSessionResponse\x12L\n\tListTools\x12\x1e.etude.api.v1.ListToolsRequest\x1a\x1f.etude.api.v1.ListToolsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'etude.api.v1.environment_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CREATESESSIONREQUEST']._serialized_start=75
-  _globals['_CREATESESSIONREQUEST']._serialized_end=187
-  _globals['_CREATESESSIONRESPONSE']._serialized_start=189
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=306
-  _globals['_EXECUTEREQUEST']._serialized_start=308
-  _globals['_EXECUTEREQUEST']._serialized_end=426
-  _globals['_EXECUTERESPONSE']._serialized_start=428
-  _globals['_EXECUTERESPONSE']._serialized_end=488
-  _globals['_FORKREQUEST']._serialized_start=490
-  _globals['_FORKREQUEST']._serialized_end=548
-  _globals['_FORKRESPONSE']._serialized_start=550
-  _globals['_FORKRESPONSE']._serialized_end=609
-  _globals['_DIFFREQUEST']._serialized_start=611
-  _globals['_DIFFREQUEST']._serialized_end=669
-  _globals['_DIFFRESPONSE']._serialized_start=671
-  _globals['_DIFFRESPONSE']._serialized_end=730
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=732
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=798
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=800
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=822
-  _globals['_LISTTOOLSREQUEST']._serialized_start=824
-  _globals['_LISTTOOLSREQUEST']._serialized_end=842
-  _globals['_TOOLDESCRIPTION']._serialized_start=844
-  _globals['_TOOLDESCRIPTION']._serialized_end=932
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=934
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=1019
-  _globals['_ENVIRONMENTSERVICE']._serialized_start=1022
-  _globals['_ENVIRONMENTSERVICE']._serialized_end=1495
+  _globals['_CREATESESSIONREQUEST']._serialized_start=76
+  _globals['_CREATESESSIONREQUEST']._serialized_end=216
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=218
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=335
+  _globals['_EXECUTEREQUEST']._serialized_start=337
+  _globals['_EXECUTEREQUEST']._serialized_end=455
+  _globals['_EXECUTERESPONSE']._serialized_start=457
+  _globals['_EXECUTERESPONSE']._serialized_end=517
+  _globals['_FORKREQUEST']._serialized_start=519
+  _globals['_FORKREQUEST']._serialized_end=577
+  _globals['_FORKRESPONSE']._serialized_start=579
+  _globals['_FORKRESPONSE']._serialized_end=638
+  _globals['_DIFFREQUEST']._serialized_start=640
+  _globals['_DIFFREQUEST']._serialized_end=698
+  _globals['_DIFFRESPONSE']._serialized_start=700
+  _globals['_DIFFRESPONSE']._serialized_end=759
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=761
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=827
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=829
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=851
+  _globals['_LISTTOOLSREQUEST']._serialized_start=853
+  _globals['_LISTTOOLSREQUEST']._serialized_end=871
+  _globals['_TOOLDESCRIPTION']._serialized_start=873
+  _globals['_TOOLDESCRIPTION']._serialized_end=961
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=963
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=1048
+  _globals['_ENVIRONMENTSERVICE']._serialized_start=1051
+  _globals['_ENVIRONMENTSERVICE']._serialized_end=1524
 # @@protoc_insertion_point(module_scope)

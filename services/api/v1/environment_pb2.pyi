@@ -8,14 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("task_id", "repository_path", "idle_ttl_seconds")
+    __slots__ = ("task_id", "repository_path", "idle_ttl_seconds", "python_environment")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     REPOSITORY_PATH_FIELD_NUMBER: _ClassVar[int]
     IDLE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     task_id: _common_pb2.TaskId
     repository_path: str
     idle_ttl_seconds: float
-    def __init__(self, task_id: _Optional[_Union[_common_pb2.TaskId, _Mapping]] = ..., repository_path: _Optional[str] = ..., idle_ttl_seconds: _Optional[float] = ...) -> None: ...
+    python_environment: str
+    def __init__(self, task_id: _Optional[_Union[_common_pb2.TaskId, _Mapping]] = ..., repository_path: _Optional[str] = ..., idle_ttl_seconds: _Optional[float] = ..., python_environment: _Optional[str] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session_id", "workspace_mode", "sandbox_backend")

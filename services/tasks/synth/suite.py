@@ -25,6 +25,10 @@ from pathlib import Path, PurePosixPath
 from etude.tasks.grading_config import read_options
 
 TEST_DIR_NAMES = frozenset({"tests", "test"})
+# pytest's own warnings that say more of the pytest running the suite than of the project:
+# a deprecation (a feature a later pytest refuses), a mark of a plugin not loaded here.
+PYTEST_OWN_WARNINGS = ("ignore::pytest.PytestDeprecationWarning",
+                       "ignore::pytest.PytestUnknownMarkWarning")  # fmt: skip
 DEFAULT_PYTHON_FILES = ("test_*.py", "*_test.py")
 # Doctests live in the sources and docs the agent sees and edits: they are not hidden
 # tests, so a task never depends on them.
@@ -115,8 +119,21 @@ def discover(root: Path, files: list[str]) -> Suite:
     args, dropped = usable_addopts(_words(options.get("addopts")))
     if (path := _missing_pythonpath(root, files, options)) is not None:
         args += ["-o", f"pythonpath={path}"]
+    if _warnings_are_errors(options):
+        # `filterwarnings = error` in a suite written for an older pytest, or with plugins:
+        # pytest's own warnings (a parametrize argument it will refuse later, a plugin's
+        # mark such as pytest-cov's `no_cover`) become errors that stop the whole run here,
+        # about the pytest etude runs rather than the project. A -W given on the command
+        # line is applied after the configuration's filters, so it wins.
+        args += [word for warning in PYTEST_OWN_WARNINGS for word in ("-W", warning)]
     return Suite(tuple(sorted(f for f in hidden if _is_text(root / f))), tuple(args),
                  tuple(dropped))  # fmt: skip
+
+
+def _warnings_are_errors(options: dict[str, object]) -> bool:
+    value = options.get("filterwarnings")
+    lines = value.splitlines() if isinstance(value, str) else _words(value)
+    return any(line.strip().split(":")[0] == "error" for line in lines)
 
 
 def _is_text(path: Path) -> bool:

@@ -14,22 +14,25 @@ taken in candidate order.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.metadata
 import random
 import re
 import shlex
 import tempfile
+import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from etude.sandbox.bwrap import Bwrap
+from etude.sandbox.bwrap import WORKSPACE, Bwrap
 from etude.sandbox.config import SandboxConfig
 from etude.tasks.repo import content_hash, copy_files, project_files, unified_diff
 from etude.tasks.synth.mutations import Mutation, find_mutations
 from etude.tasks.synth.suite import Suite, discover
-from etude.tasks.task import DEFAULT_TEST_COMMAND, Task
+from etude.tasks.task import DEFAULT_TEST_COMMAND, Setup, Task
 from etude.tasks.testrun import TestRun, error_line, run_pytest
 
 # Plugins installed beside pytest (hypothesis, asyncio, …) are not what these suites need,
@@ -105,6 +108,18 @@ class SynthOptions:
     held_out: frozenset[str] = frozenset()
     baseline_timeout_s: float = 900.0
     """How long the suite may run on the unmutated project."""
+    max_tries: int = 0
+    """Mutants tried per project at most (0: every candidate): a large project has
+    thousands, and a suite that catches few of them would run for hours."""
+    time_limit_s: float = 0.0
+    """Seconds spent trying a project's mutants at most (0: no limit); what was kept by
+    then is written."""
+    python_environment: Path | None = None
+    """The project's Python environment (etude.tasks.pyenv), whose packages its tests
+    import; None: the interpreter etude runs on."""
+    setup: Setup = field(default_factory=Setup)
+    """The install specification every task records (what that environment was built
+    with beyond the project's own dependencies), so grading builds it alike."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,28 +145,38 @@ class Baseline:
     """Test id, or module that did not collect → why it is not judged."""
     mutant_timeout_s: float
 
+    @property
+    def missing_modules(self) -> dict[str, int]:
+        """Module a test module could not import → how many test modules need it: a
+        dependency the suite's Python lacks, whose tests are left out."""
+        counts: dict[str, int] = {}
+        for message in self.run.collection_errors.values():
+            if found := MISSING_MODULE.search(message):
+                counts[found[1]] = counts.get(found[1], 0) + 1
+        return counts
+
+
+MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+
 
 def run_baseline(
     project: Project, options: SynthOptions, bwrap: Bwrap | None, sandbox: SandboxConfig
 ) -> Baseline:
-    run = _run_mutant(project, None, bwrap, sandbox, options.baseline_timeout_s)
+    run = _run_mutant(
+        project, None, bwrap, sandbox, options.baseline_timeout_s, options.python_environment
+    )
     if run.timed_out:
         raise SuiteError(f"{project.name}: the suite ran past {run.seconds:.0f}s unmutated")
-    if not run.complete or run.problem:
+    started = _startup_error(run)
+    if started is None and (not run.complete or run.problem):
         tail = run.output.strip().splitlines()[-3:]
         raise SuiteError(
             f"{project.name}: the suite ended without reporting its end (exit code "
             f"{run.exit_code}{'; ' + run.problem if run.problem else ''}): {' | '.join(tail)}"
         )
-    if run.suite_error:
-        # Nothing is installed in the sandbox: it sees the interpreter etude runs on.
-        hint = (
-            " (the suite runs on the Python etude runs on: install the project's test "
-            "dependencies there)"
-            if "No module named" in run.suite_error
-            else ""
-        )
-        raise SuiteError(f"{project.name}: the suite could not run: {run.suite_error}{hint}")
+    if started is not None or run.suite_error:
+        why = started or run.suite_error
+        raise SuiteError(f"{project.name}: the suite could not run: {why}{_hint(why, options)}")
     hidden = set(project.test_files)
     left_out = {f: f"not collected: {error_line(m)}" for f, m in run.collection_errors.items()}
     passing = set()
@@ -168,6 +193,61 @@ def run_baseline(
         raise SuiteError(f"{project.name}: no test passes unmutated: {shown}")
     timeout = max(options.timeout_s, 5 * run.seconds)
     return Baseline(run, frozenset(passing), left_out, timeout)
+
+
+def _startup_error(run: TestRun) -> str | None:
+    """What stopped pytest before it collected anything — a conftest.py that does not
+    import, a hook written for another pytest — from its output; None when it got that
+    far. pytest then reports only an exit code (a usage error, or 1 with a traceback),
+    which tells the user nothing."""
+    if run.timed_out or run.problem or run.outcomes or run.collection_errors:
+        return None
+    if run.complete and run.exit_code not in (1, 3, 4):
+        return None
+    # Paths as the user knows them: relative to the project, not to the sandbox's mount.
+    output = run.output.replace(f"{WORKSPACE}/", "")
+    # An exception in a hook (a conftest's) comes as pytest's INTERNALERROR lines.
+    lines = [line.rstrip().removeprefix("INTERNALERROR> ") for line in output.splitlines()]
+    for index, line in enumerate(lines):
+        if line.startswith("ImportError while loading conftest"):
+            raised = [x.removeprefix("E").strip() for x in lines[index:] if x.startswith("E ")]
+            where = line.removeprefix("ImportError while loading ").rstrip(".")
+            return f"{where} does not import: {raised[-1] if raised else 'ImportError'}"
+    # The last exception of a traceback: `package.module.SomeError: message`, which may
+    # go on over a few lines (pluggy's PluginValidationError does).
+    exception = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): (.*)")
+    for index in range(len(lines) - 1, -1, -1):
+        if found := exception.match(lines[index]):
+            more = [x.strip() for x in lines[index + 1 : index + 3] if x.strip()]
+            return " ".join([f"{found[1]}: {found[2]}", *more])[:600]
+    return None
+
+
+def _hint(why: str, options: SynthOptions) -> str:
+    """What the user can do about a suite that could not run, where the cause is known."""
+    if "PackageNotFoundError" in why:
+        # `importlib.metadata.version(__name__)` at import: suites run the project's
+        # source, never an installed copy (an environment holds only its dependencies).
+        return (
+            " (the project reads its own installed package metadata, and its suite runs "
+            "its source uninstalled: such projects are not supported yet)"
+        )
+    if "No module named" in why:
+        if options.python_environment is not None:
+            return (
+                " (the project's Python environment lacks it: name the test dependencies "
+                "with --requirements FILE or --pip-package SPEC)"
+            )
+        return (
+            " (a dependency the suite's Python lacks: build the project an environment with "
+            "--environment, --wheelhouse DIR or --index-url URL, or install it where etude runs)"
+        )
+    if "conftest" in why or "hookimpl" in why or "Plugin" in why:
+        return (
+            " (the project's conftest.py or plugins do not work with pytest "
+            f"{importlib.metadata.version('pytest')}, the pytest etude runs its suites with)"
+        )
+    return ""
 
 
 def candidates(project: Project, seed: int) -> list[Mutation]:
@@ -189,6 +269,7 @@ def _run_mutant(
     bwrap: Bwrap | None,
     sandbox: SandboxConfig,
     timeout_s: float,
+    python_environment: Path | None = None,
 ) -> TestRun:
     with tempfile.TemporaryDirectory(prefix="etude-synth-") as scratch:
         workdir = Path(scratch)
@@ -198,7 +279,7 @@ def _run_mutant(
             target.write_text(mutation.apply(target.read_text(encoding="utf-8")), encoding="utf-8")
         return run_pytest(
             workdir, f"{project.test_command} {SYNTH_ARGS}", bwrap=bwrap, config=sandbox,
-            timeout_s=timeout_s,
+            timeout_s=timeout_s, python_environment=python_environment,
         )  # fmt: skip
 
 
@@ -234,34 +315,59 @@ def kept_mutants(
     sandbox = sandbox or SandboxConfig()
     baseline = baseline or run_baseline(project, options, bwrap, sandbox)
     order = candidates(project, options.seed)
+    if options.max_tries:
+        order = order[: options.max_tries]
+    deadline = time.monotonic() + options.time_limit_s if options.time_limit_s else None
     kept, tried, timed_out, diffs = 0, 0, 0, set()
     with ProcessPoolExecutor(max_workers=options.workers) as pool:
-        # Submit a window at a time and read results in candidate order: the kept set
-        # depends on the seed only, not on which worker finished first.
-        window = options.workers * 2
-        pending = []
-        index = 0
-        while kept < options.per_project and (pending or index < len(order)):
-            while len(pending) < window and index < len(order):
-                mutation = order[index]
-                future = pool.submit(
-                    _run_mutant, project, mutation, bwrap, sandbox, baseline.mutant_timeout_s
-                )
-                pending.append((mutation, future))
-                index += 1
-            mutation, future = pending.pop(0)
-            run = future.result()
-            tried += 1
-            timed_out += run.timed_out
-            verdict = judge(baseline, run, options.max_failing)
-            diff_key = (mutation.path, mutation.start, mutation.end, mutation.replacement)
-            if verdict is not None and diff_key not in diffs:
-                diffs.add(diff_key)
-                kept += 1
-                yield Kept(mutation, verdict[0], verdict[1], run.messages)
-            on_tried(tried, kept, timed_out)
-        for _mutation, future in pending:
-            future.cancel()
+        pending: list[tuple[Mutation, Future[TestRun]]] = []
+        try:
+            # Submit a window at a time and read results in candidate order: the kept set
+            # depends on the seed only, not on which worker finished first.
+            window = options.workers * 2
+            index = 0
+            while kept < options.per_project and (pending or index < len(order)):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break  # out of time: no other mutant starts (those running end first)
+                while len(pending) < window and index < len(order):
+                    mutation = order[index]
+                    future = pool.submit(
+                        _run_mutant, project, mutation, bwrap, sandbox, baseline.mutant_timeout_s,
+                        options.python_environment,
+                    )  # fmt: skip
+                    pending.append((mutation, future))
+                    index += 1
+                mutation, future = pending.pop(0)
+                run = future.result()
+                tried += 1
+                timed_out += run.timed_out
+                verdict = judge(baseline, run, options.max_failing)
+                diff_key = (mutation.path, mutation.start, mutation.end, mutation.replacement)
+                if verdict is not None and diff_key not in diffs:
+                    diffs.add(diff_key)
+                    kept += 1
+                    yield Kept(mutation, verdict[0], verdict[1], run.messages)
+                on_tried(tried, kept, timed_out)
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM, an error of the caller's): the mutants running
+            # may have minutes left, so their workers are stopped rather than waited for.
+            _kill_workers(pool)
+            raise
+        finally:
+            # Also when the caller stops early (a closed generator): the mutants not started
+            # yet never run, so the pool shuts down once those running end.
+            for _mutation, future in pending:
+                future.cancel()
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's worker processes: a worker catches an interrupt of the mutant it runs
+    and goes on with the next one. Their sandboxes die with them (bwrap --die-with-parent).
+    Python has no public way before 3.14 (`kill_workers`), hence the private mapping."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def instruction(project: str, failing: list[str], messages: dict[str, str]) -> str:
@@ -319,6 +425,10 @@ def to_task(project: Project, kept: Kept, options: SynthOptions, base_commit: st
         metadata["origin"] = dict(project.origin or {})
     if project.suite.notes:
         metadata["notes"] = project.suite.notes
+    if options.python_environment is not None:
+        # Its tests import more than the interpreter etude runs on has: say so, for the
+        # commands that grade on that interpreter.
+        metadata["python_environment"] = True
     return Task(
         id=f"etude-mini.{project.name}.{mutation.kind}.{digest}"
         if bundled
@@ -332,4 +442,5 @@ def to_task(project: Project, kept: Kept, options: SynthOptions, base_commit: st
         test_command=project.test_command,
         gold_patch=gold_patch,
         metadata=metadata,
+        setup=options.setup,
     )
