@@ -152,10 +152,12 @@ class RedisServer:
                 if self.process.poll() is not None:
                     return False  # e.g. the port was taken between choosing and binding
                 try:
-                    # LOADING (AOF replay) raises BusyLoadingError, so an answer means the
-                    # data is back. The pid check makes sure the answer is from this server,
-                    # not from another one that already held the port.
-                    if client.info("server")["process_id"] == self.process.pid:
+                    # INFO answers while the AOF is still being replayed (other commands
+                    # then raise BusyLoadingError), so ready means `loading:0` too. The pid
+                    # check makes sure the answer is from this server, not from another one
+                    # that already held the port.
+                    info = client.info()
+                    if info["process_id"] == self.process.pid and not info["loading"]:
                         return True
                 except redis.exceptions.RedisError:
                     pass
