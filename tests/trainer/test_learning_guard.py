@@ -39,7 +39,9 @@ What makes the learning run better is the whole loop working: the advantages (wi
 sign flipped the learning run falls), the loss mask (with the mask inverted the learning
 run trains the prompt and falls far below its control), the alignment of logprobs with
 their tokens, and the weight sync (an inference service that keeps the old weights samples
-exactly the control's tokens). Break any of them and this test fails.
+exactly the control's tokens). With the one-style guard, flipping the advantages' sign lost
+0.49 to the control and inverting the mask 0.39; those breakages are yet to be measured
+against the two-style guard.
 """
 
 from __future__ import annotations
