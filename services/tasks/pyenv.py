@@ -6,7 +6,9 @@ The project itself is installed, then taken out again, and the environment impor
 the workspace instead (a `.pth` naming `workspace`, and `workspace/src` for a src layout):
 tests must run the agent's edited code, never a copy installed before the agent began. So
 the environment holds nothing of the commit it was built from beyond its dependencies,
-which matters when that commit comes after the fix.
+which matters when that commit comes after the fix, and a record of the project's metadata
+without its files (its name, version and requirements), for projects that read their own
+version at import.
 
 A virtual environment cannot move (its scripts name their own path), so it is built where
 it stays, under a lock, and marked complete last; a build that died half-way is redone.
@@ -117,6 +119,7 @@ def build_environment(
         "pip_packages": list(task.setup.pip_packages),
         "workspace": workspace,
         "runner": _runner_site_dirs(task),
+        "project_record": True,  # environments built before it held none: rebuilt
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9_.-]+", "__", task.repo).lstrip(".")
@@ -227,6 +230,9 @@ def _build(
          "print('%d.%d' % sys.version_info[:2])"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
+    for item in installed:
+        if item["metadata"]["name"] in own:
+            _metadata_record(Path(purelib), item["metadata"])
     workspace = spec["workspace"]
     roots = [workspace] + ([f"{workspace}/src"] if (tree / "src").is_dir() else [])
     # Each line a directory appended to sys.path after the environment's own site-packages
@@ -241,6 +247,25 @@ def _build(
         if i["metadata"]["name"] not in own
     )
     return {"installed": held, "purelib": purelib, "python_version": version}
+
+
+def _metadata_record(purelib: Path, metadata: dict) -> None:
+    """A record of the project with its metadata and no files (`NAME-VERSION.dist-info`):
+    a project that reads its own installed metadata at import
+    (`importlib.metadata.version(__name__)`, as humanize does) imports from the workspace.
+    Its name, version and requirements only: no entry points, which would load the project
+    (a pytest plugin) where nothing asked for it. pip lists it, and can uninstall it."""
+    name, version = metadata["name"], metadata["version"]
+    info = purelib / f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines += [f"Requires-Dist: {r}" for r in metadata.get("requires_dist", [])]
+    if "requires_python" in metadata:
+        lines.append(f"Requires-Python: {metadata['requires_python']}")
+    (info / "METADATA").write_text("".join(f"{line}\n" for line in lines))
+    (info / "INSTALLER").write_text("etude\n")
+    written = ["METADATA", "INSTALLER", "RECORD"]
+    (info / "RECORD").write_text("".join(f"{info.name}/{f},,\n" for f in written))
 
 
 def _requirement_files(task: Task, source: Path) -> list[str]:
