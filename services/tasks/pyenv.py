@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from etude.tasks.materialize import PROJECTS_DIR, materialize
+from etude.tasks.materialize import PROJECTS_DIR, MaterializeError, materialize
 from etude.tasks.pyenv_marker import (
     MARKER,
     RUNNING_PYTHON,
@@ -50,6 +50,7 @@ from etude.tasks.pyenv_marker import (
 )
 from etude.tasks.repo import IGNORED
 from etude.tasks.sources import RepositorySources
+from etude.tasks.synth.sources import SourceError, source_of
 from etude.tasks.task import Task
 
 WORKSPACE = "/workspace"
@@ -92,7 +93,23 @@ def environment_for(
     workspace: str = WORKSPACE,
 ) -> PythonEnvironment:
     """The task's environment, its repository at the environment commit materialized into
-    `cache_dir` first (etude.tasks.materialize)."""
+    `cache_dir` first (etude.tasks.materialize). A task synthesized from a project shares
+    its project's: built from the project as given (`sources.projects`), the one
+    `etude tasks synth --environment` built, whichever of its tasks comes first."""
+    project_hash = task.metadata.get("project_hash")
+    if task.metadata.get("origin") and project_hash and not task.setup.environment_setup_commit:
+        of_project = replace(task, base_commit=str(project_hash))
+        root, spec = _place(of_project, envs_dir, workspace)
+        if _complete(root, spec):  # found without opening the project again
+            return read_environment(root)
+        projects = (sources or RepositorySources()).projects
+        try:
+            with source_of(task, projects) as project:
+                return build_environment(
+                    of_project, project.root, envs_dir, packages, workspace=workspace
+                )
+        except SourceError as error:
+            raise MaterializeError(f"{task.id}: {error}") from error
     at_commit = replace(task, base_commit=environment_commit(task))
     tree = materialize(at_commit, cache_dir, projects_dir, sources=sources)
     return build_environment(task, tree, envs_dir, packages, workspace=workspace)
@@ -109,6 +126,25 @@ def build_environment(
 ) -> PythonEnvironment:
     """The environment of `task` under `envs_dir`, built from `tree` (the repository at
     `environment_commit(task)`) unless already there."""
+    root, spec = _place(task, envs_dir, workspace)
+    envs_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(envs_dir / f".{root.name}.lock"):
+        if _complete(root, spec):
+            return read_environment(root)
+        shutil.rmtree(root, ignore_errors=True)  # a build that died half-way
+        try:
+            built = _build(task, tree, root, spec["python"], packages, spec, timeout_s)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        marker = root / f".{MARKER}.partial"
+        marker.write_text(json.dumps({"spec": spec, **built}, indent=1))
+        marker.rename(root / MARKER)
+    return replace(read_environment(root), built=True)
+
+
+def _place(task: Task, envs_dir: Path, workspace: str) -> tuple[Path, dict]:
+    """Where the task's environment lies under `envs_dir`, and what it is built from."""
     python = _interpreter(task)
     spec = {
         "repo": task.repo,
@@ -123,21 +159,7 @@ def build_environment(
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9_.-]+", "__", task.repo).lstrip(".")
-    root = envs_dir / f"{name}@{spec['commit'][:12]}-{digest}"
-    envs_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(envs_dir / f".{root.name}.lock"):
-        if _complete(root, spec):
-            return read_environment(root)
-        shutil.rmtree(root, ignore_errors=True)  # a build that died half-way
-        try:
-            built = _build(task, tree, root, python, packages, spec, timeout_s)
-        except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
-            raise
-        marker = root / f".{MARKER}.partial"
-        marker.write_text(json.dumps({"spec": spec, **built}, indent=1))
-        marker.rename(root / MARKER)
-    return replace(read_environment(root), built=True)
+    return envs_dir / f"{name}@{spec['commit'][:12]}-{digest}", spec
 
 
 def _runner_site_dirs(task: Task) -> list[str]:
