@@ -1,6 +1,7 @@
 """A task's Python environment: a virtual environment with the project's dependencies,
 built once per repository and environment commit (SWE-bench's `environment_setup_commit`,
-else the base commit) and shared by every task and session on it.
+else the base commit; for tasks synthesized from a project, the project's content hash) and
+shared by every task and session on it.
 
 The project itself is installed, then taken out again, and the environment imports it from
 the workspace instead (a `.pth` naming `workspace`, and `workspace/src` for a src layout):
