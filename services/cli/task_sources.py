@@ -113,4 +113,10 @@ def task_provisioning(
             "project's packages (built with pip unless already in the cache).",
             highlight=False,
         )
+    elif packages != PackageSource():
+        console.print(
+            "note: no task here is graded in a Python environment, so --wheelhouse and "
+            "--index-url are not used (--environment gives every task that is not bundled one).",
+            highlight=False,
+        )
     return provisioning

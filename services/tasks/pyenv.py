@@ -1,12 +1,15 @@
 """A task's Python environment: a virtual environment with the project's dependencies,
 built once per repository and environment commit (SWE-bench's `environment_setup_commit`,
-else the base commit) and shared by every task and session on it.
+else the base commit; for tasks synthesized from a project, the project's content hash) and
+shared by every task and session on it.
 
 The project itself is installed, then taken out again, and the environment imports it from
 the workspace instead (a `.pth` naming `workspace`, and `workspace/src` for a src layout):
 tests must run the agent's edited code, never a copy installed before the agent began. So
 the environment holds nothing of the commit it was built from beyond its dependencies,
-which matters when that commit comes after the fix.
+which matters when that commit comes after the fix, and a record of the project's metadata
+without its files (its name, version and requirements), for projects that read their own
+version at import.
 
 A virtual environment cannot move (its scripts name their own path), so it is built where
 it stays, under a lock, and marked complete last; a build that died half-way is redone.
@@ -39,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from etude.tasks.materialize import PROJECTS_DIR, materialize
+from etude.tasks.materialize import PROJECTS_DIR, MaterializeError, materialize
 from etude.tasks.pyenv_marker import (
     MARKER,
     RUNNING_PYTHON,
@@ -48,6 +51,7 @@ from etude.tasks.pyenv_marker import (
 )
 from etude.tasks.repo import IGNORED
 from etude.tasks.sources import RepositorySources
+from etude.tasks.synth.sources import SourceError, source_of
 from etude.tasks.task import Task
 
 WORKSPACE = "/workspace"
@@ -90,7 +94,23 @@ def environment_for(
     workspace: str = WORKSPACE,
 ) -> PythonEnvironment:
     """The task's environment, its repository at the environment commit materialized into
-    `cache_dir` first (etude.tasks.materialize)."""
+    `cache_dir` first (etude.tasks.materialize). A task synthesized from a project shares
+    its project's: built from the project as given (`sources.projects`), the one
+    `etude tasks synth --environment` built, whichever of its tasks comes first."""
+    project_hash = task.metadata.get("project_hash")
+    if task.metadata.get("origin") and project_hash and not task.setup.environment_setup_commit:
+        of_project = replace(task, base_commit=str(project_hash))
+        root, spec = _place(of_project, envs_dir, workspace)
+        if _complete(root, spec):  # found without opening the project again
+            return read_environment(root)
+        projects = (sources or RepositorySources()).projects
+        try:
+            with source_of(task, projects) as project:
+                return build_environment(
+                    of_project, project.root, envs_dir, packages, workspace=workspace
+                )
+        except SourceError as error:
+            raise MaterializeError(f"{task.id}: {error}") from error
     at_commit = replace(task, base_commit=environment_commit(task))
     tree = materialize(at_commit, cache_dir, projects_dir, sources=sources)
     return build_environment(task, tree, envs_dir, packages, workspace=workspace)
@@ -107,6 +127,25 @@ def build_environment(
 ) -> PythonEnvironment:
     """The environment of `task` under `envs_dir`, built from `tree` (the repository at
     `environment_commit(task)`) unless already there."""
+    root, spec = _place(task, envs_dir, workspace)
+    envs_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(envs_dir / f".{root.name}.lock"):
+        if _complete(root, spec):
+            return read_environment(root)
+        shutil.rmtree(root, ignore_errors=True)  # a build that died half-way
+        try:
+            built = _build(task, tree, root, spec["python"], packages, spec, timeout_s)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        marker = root / f".{MARKER}.partial"
+        marker.write_text(json.dumps({"spec": spec, **built}, indent=1))
+        marker.rename(root / MARKER)
+    return replace(read_environment(root), built=True)
+
+
+def _place(task: Task, envs_dir: Path, workspace: str) -> tuple[Path, dict]:
+    """Where the task's environment lies under `envs_dir`, and what it is built from."""
     python = _interpreter(task)
     spec = {
         "repo": task.repo,
@@ -117,24 +156,11 @@ def build_environment(
         "pip_packages": list(task.setup.pip_packages),
         "workspace": workspace,
         "runner": _runner_site_dirs(task),
+        "project_record": True,  # environments built before it held none: rebuilt
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9_.-]+", "__", task.repo).lstrip(".")
-    root = envs_dir / f"{name}@{spec['commit'][:12]}-{digest}"
-    envs_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(envs_dir / f".{root.name}.lock"):
-        if _complete(root, spec):
-            return read_environment(root)
-        shutil.rmtree(root, ignore_errors=True)  # a build that died half-way
-        try:
-            built = _build(task, tree, root, python, packages, spec, timeout_s)
-        except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
-            raise
-        marker = root / f".{MARKER}.partial"
-        marker.write_text(json.dumps({"spec": spec, **built}, indent=1))
-        marker.rename(root / MARKER)
-    return replace(read_environment(root), built=True)
+    return envs_dir / f"{name}@{spec['commit'][:12]}-{digest}", spec
 
 
 def _runner_site_dirs(task: Task) -> list[str]:
@@ -227,6 +253,9 @@ def _build(
          "print('%d.%d' % sys.version_info[:2])"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
+    for item in installed:
+        if item["metadata"]["name"] in own:
+            _metadata_record(Path(purelib), item["metadata"])
     workspace = spec["workspace"]
     roots = [workspace] + ([f"{workspace}/src"] if (tree / "src").is_dir() else [])
     # Each line a directory appended to sys.path after the environment's own site-packages
@@ -241,6 +270,25 @@ def _build(
         if i["metadata"]["name"] not in own
     )
     return {"installed": held, "purelib": purelib, "python_version": version}
+
+
+def _metadata_record(purelib: Path, metadata: dict) -> None:
+    """A record of the project with its metadata and no files (`NAME-VERSION.dist-info`):
+    a project that reads its own installed metadata at import
+    (`importlib.metadata.version(__name__)`, as humanize does) imports from the workspace.
+    Its name, version and requirements only: no entry points, which would load the project
+    (a pytest plugin) where nothing asked for it. pip lists it, and can uninstall it."""
+    name, version = metadata["name"], metadata["version"]
+    info = purelib / f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines += [f"Requires-Dist: {r}" for r in metadata.get("requires_dist", [])]
+    if "requires_python" in metadata:
+        lines.append(f"Requires-Python: {metadata['requires_python']}")
+    (info / "METADATA").write_text("".join(f"{line}\n" for line in lines))
+    (info / "INSTALLER").write_text("etude\n")
+    written = ["METADATA", "INSTALLER", "RECORD"]
+    (info / "RECORD").write_text("".join(f"{info.name}/{f},,\n" for f in written))
 
 
 def _requirement_files(task: Task, source: Path) -> list[str]:

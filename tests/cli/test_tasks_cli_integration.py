@@ -137,12 +137,14 @@ def test_synth_a_project_whose_tests_need_a_package_etude_lacks(tmp_path):
     # One environment for the baseline and every mutant.
     [environment] = [p for p in (tmp_path / "cache" / "envs").iterdir() if p.is_dir()]
     assert environment.name.startswith("statbits@")
-    # The task says its tests ran in an environment: verify and grade build it one (once,
-    # from the same wheelhouse); without, the missing import fails it.
-    given = ("--path", project, "--cache", tmp_path / "v", "--wheelhouse", wheelhouse)
+    # The task says its tests ran in an environment: verify and grade grade it in its
+    # project's (the one synth built, found in the same cache); without, the missing
+    # import fails it.
+    given = ("--path", project, "--cache", tmp_path / "cache", "--wheelhouse", wheelhouse)
     result = etude_tasks("verify", "--tasks", out, *given)
     assert result.exit_code == 0 and "1 of 1 tasks verified" in result.output, result.output
     assert "1 of 1 tasks are graded in a Python environment" in result.output
+    assert [p for p in (tmp_path / "cache" / "envs").iterdir() if p.is_dir()] == [environment]
     result = etude_tasks("grade", out, task.id, "--gold", *given)
     assert result.exit_code == 0 and f"{task.id}: score 1" in result.output, result.output
     result = etude_tasks("grade", out, task.id, "--empty", *given)

@@ -24,6 +24,7 @@ from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Setup, Task
 from tests.conftest import skip_without_sandboxes
 from tests.environment.conftest import make_manager
+from tests.tasks.layouts import SELF_VERSIONED
 from tests.tasks.tiny_projects import make_project, tinydep_wheelhouse
 from tests.tasks.upstream import git
 
@@ -77,7 +78,25 @@ def test_the_environment_has_the_dependencies_and_imports_the_workspace(
         [sys.executable, "-m", "pip", "--python", str(env.python), "list", "--format=freeze"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert "tinydep==1.0" in listed and "tiny==" not in listed  # no copy of the project
+    # No copy of the project: a record of its metadata, without its files.
+    assert "tinydep==1.0" in listed and "tiny==1.0" in listed
+    assert not (env.purelib / "tiny").exists()
+
+
+def test_a_project_that_reads_its_own_installed_version_imports(tmp_path, wheelhouse):
+    """As humanize 4.9 does at import (`importlib.metadata.version(__name__)`)."""
+    root = tmp_path / "selfversion"
+    module = {"selfversion/__init__.py": SELF_VERSIONED["selfversion/__init__.py"]}
+    make_project(root, "selfversion", "tinydep>=1.0", module, ".")
+    task = replace(task_on("ab" * 20), repo="acme/selfversion")
+    env = build_environment(task, root, tmp_path / "envs", PackageSource(wheelhouse),
+                            workspace=str(root))  # fmt: skip
+    ran = subprocess.run(
+        [str(env.python), "-c", "import selfversion as s; print(s.__version__, s.__file__)"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["1.0", str(root / "selfversion" / "__init__.py")]
 
 
 def test_an_environment_is_built_once_per_commit(tmp_path, wheelhouse, project):

@@ -225,12 +225,13 @@ def _startup_error(run: TestRun) -> str | None:
 
 def _hint(why: str, options: SynthOptions) -> str:
     """What the user can do about a suite that could not run, where the cause is known."""
-    if "PackageNotFoundError" in why:
+    if "PackageNotFoundError" in why and options.python_environment is None:
         # `importlib.metadata.version(__name__)` at import: suites run the project's
-        # source, never an installed copy (an environment holds only its dependencies).
+        # source, never an installed copy; an environment holds a record of its metadata.
         return (
             " (the project reads its own installed package metadata, and its suite runs "
-            "its source uninstalled: such projects are not supported yet)"
+            "its source uninstalled: build the project an environment with --environment, "
+            "which holds that metadata)"
         )
     if "No module named" in why:
         if options.python_environment is not None:
