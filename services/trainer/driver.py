@@ -71,6 +71,8 @@ class WorkerProcesses(Protocol):
 
     def stop_service(self, name: str) -> object: ...
 
+    def exited(self) -> list[tuple[str, int]]: ...
+
 
 def recorded_config(run_id: str, redis_url: str) -> RunConfig | None:
     """The config a run was recorded with (`etude runs start`, `POST /runs`), when the run
@@ -285,4 +287,23 @@ class Driver:
             while not running.done():
                 await asyncio.wait([running], timeout=1.0)
                 show(await registry.get(self.run_id))
+                await self._fail_if_workers_died(registry)
             return running.result()
+
+    async def _fail_if_workers_died(self, registry: RunRegistry) -> None:
+        """A local run whose rollout worker processes have all exited gets no more
+        rollouts: it fails with their exit codes, and the RL loop, which asks the registry
+        about once a second, ends. A stop asked for first is left to end it as `stopped`.
+        (Ray actors are not watched here: Ray restarts or fails them.)"""
+        names = [w for w in self.workers if isinstance(w, str)]
+        if not names or self.stack is None:
+            return
+        exited = dict(self.stack.exited())
+        if any(name not in exited for name in names):
+            return
+        if (await registry.get(self.run_id)).stop_requested:
+            return
+        codes = ", ".join(f"{name} (exit code {exited[name]})" for name in names)
+        where = "their logs are logs/<worker>.log in the stack's run dir"
+        error = f"every rollout worker exited: {codes}; {where}"
+        await registry.update(self.run_id, status="failed", error=error)

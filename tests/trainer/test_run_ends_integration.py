@@ -13,7 +13,9 @@ run driver in this process or as an `etude train` process.
   bundled project that does not exist, a repository no source holds), fails the run at once
   with the reason, and its entry is not retried into the dead-letter stream;
 * a run whose `etude train` process is killed is ended by the gateway's reaper: `stopped`
-  when a stop was asked for, else `failed`.
+  when a stop was asked for, else `failed`;
+* a run whose rollout workers all die while its trainer lives fails with their exit codes;
+  one whose workers all hang reaches `stopped` when a stop is asked for.
 """
 
 from __future__ import annotations
@@ -279,6 +281,63 @@ def test_stop_reaches_stopped_after_the_trainer_process_is_killed(stack, tmp_pat
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(trainer.pid, signal.SIGKILL)
+
+
+async def _driving_rl(stack, tmp_path) -> tuple[Driver, asyncio.Task]:
+    """A driver in its RL loop (many steps ahead), its workers started and rollouts queued."""
+    config = parse_run_config({
+        **RUN, "output_dir": str(tmp_path / "out"),
+        "trainer": {**RUN["trainer"], "steps": 500},
+    })  # fmt: skip
+    driver = Driver(config, None, stack.settings, endpoints(stack), Quiet(), stack=stack)
+    main = asyncio.create_task(driver.main(resume=False))
+    deadline = time.monotonic() + 120
+    while not (driver.workers and await asyncio.to_thread(_rollouts_queued, stack, driver.run_id)):
+        assert not main.done(), main.result()
+        assert time.monotonic() < deadline, "the run never reached its RL loop"
+        await asyncio.sleep(0.3)
+    return driver, main
+
+
+async def test_a_run_whose_rollout_workers_all_die_fails_with_their_exit_codes(stack, tmp_path):
+    """No worker left, no rollouts will come: the run fails within seconds, naming them, and
+    does not wait in `running` for ever beside a live trainer."""
+    driver, main = await _driving_rl(stack, tmp_path)
+    for name in driver.workers:
+        stack.processes[name].kill()
+    started = time.monotonic()
+    with pytest.raises(RunFailedError, match="every rollout worker exited"):
+        await asyncio.wait_for(main, timeout=60)
+    assert time.monotonic() - started < 15
+    record = await record_of(endpoints(stack).redis_url, driver.run_id)
+    assert record.status == "failed"
+    assert f"rollout-{driver.run_id}-0 (exit code -9)" in record.error, record.error
+
+
+async def test_stop_reaches_stopped_when_every_rollout_worker_hangs(stack, tmp_path):
+    """Workers alive but stuck (stopped by SIGSTOP: a hung sandbox, a swapped-out host)
+    answer nothing: the stop does not wait for their rollouts, and a worker that ignores its
+    SIGTERM is killed after the stack's stop timeout."""
+    driver, main = await _driving_rl(stack, tmp_path)
+    hung = [stack.processes[name] for name in driver.workers]
+    for process in hung:
+        os.kill(process.pid, signal.SIGSTOP)
+    try:
+        client = aioredis.Redis.from_url(endpoints(stack).redis_url)
+        try:
+            asked = await RunRegistry(client).request_stop(driver.run_id)
+        finally:
+            await client.aclose()
+        assert asked.status == "stopping"
+        limit = stack.settings.stack.stop_timeout_seconds + 30
+        assert await asyncio.wait_for(main, timeout=limit) == 0
+    finally:
+        for process in hung:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+    record = await record_of(endpoints(stack).redis_url, driver.run_id)
+    assert (record.status, record.stop_requested) == ("stopped", True)
+    assert all(process.poll() is not None for process in hung)
 
 
 def _rollouts_queued(stack, run_id: str) -> bool:
