@@ -31,3 +31,12 @@ class RolloutServiceConfig(Section):
 
 class RolloutSettings(EtudeSettings):
     rollout: RolloutServiceConfig = RolloutServiceConfig()
+
+
+def task_cache_dir(settings: EtudeSettings) -> Path:
+    """Where this process builds task repositories and Python environments: the rollout
+    workers, and the trainer's own episodes (SFT demonstrations, evaluation), which hand the
+    same paths to the environment service. `ETUDE_ROLLOUT__CACHE_DIR` (on a cluster the
+    shared task volume, which the environment's pods see too), else `<stack run dir>/tasks`."""
+    own = settings if isinstance(settings, RolloutSettings) else RolloutSettings()
+    return own.rollout.cache_dir or settings.stack.run_dir / "tasks"

@@ -26,7 +26,7 @@ from etude.inference.client import GrpcInference
 from etude.model.pretrained import policy_tokenizer
 from etude.reward.client import GrpcReward
 from etude.rollout.agent import EpisodeRunner, Scorer, TaskPreparation, Tokenizer
-from etude.rollout.config import RolloutSettings
+from etude.rollout.config import RolloutSettings, task_cache_dir
 from etude.rollout.engines import keep_resolved, resolve
 from etude.rollout.repositories import RepositoryCache, TaskPreparer, unusable_unless_built
 from etude.rollout.router import Router
@@ -98,7 +98,7 @@ async def build_worker(
     runs = RunTasks(client)
     # Each task built from where its run's registration says, into this worker's task cache
     # (on a cluster the shared task volume, where the environment's pods see it too).
-    cache_dir = config.cache_dir or settings.stack.run_dir / "tasks"
+    cache_dir = task_cache_dir(settings)
     prepare = TaskPreparer(RepositoryCache(cache_dir, config.projects_dir), runs.provisioning)
     return assemble_worker(
         WorkerParts(router, environment, reward, tokenizer, prepare, runs.get),

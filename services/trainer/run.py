@@ -34,6 +34,7 @@ from etude.model.model import Transformer
 from etude.model.pretrained import policy_tokenizer, resolve_init
 from etude.reward.client import GrpcReward
 from etude.rollout.client import Curriculum, InProcessEpisodes, Orchestrator, TaskCycle
+from etude.rollout.config import task_cache_dir
 from etude.rollout.types import (
     DROP_REASONS,
     Demonstrations,
@@ -124,7 +125,7 @@ class TrainingRun:
         # Evaluation and SFT demonstrations run here, through the agent loop, on tasks built
         # from where the run's registration says (as the workers build them).
         self.episodes = InProcessEpisodes(
-            environment, reward, self.tokenizer, config.rollout, settings.stack.run_dir / "tasks",
+            environment, reward, self.tokenizer, config.rollout, task_cache_dir(settings),
             provisioning=self.provisioning,
         )  # fmt: skip
         self.orchestrator = Orchestrator.for_run(

@@ -259,3 +259,15 @@ def test_rollout_environment_search_and_reward_share_the_task_repositories(exist
         e["name"]: e.get("value") for e in _deployment(objects, "rollout")["containers"][0]["env"]
     }
     assert env["ETUDE_ROLLOUT__CACHE_DIR"].startswith("/shared/tasks")
+    # The trainer's own episodes (SFT demonstrations, evaluation) hand the environment
+    # repositories too: every Ray pod builds them on the same volume.
+    [job] = of_kind(objects, "RayJob")
+    cluster = job["spec"]["rayClusterSpec"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        pod = group["template"]["spec"]
+        [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "tasks"]
+        assert mount["mountPath"] == "/shared/tasks"
+        [volume] = [v for v in pod["volumes"] if v["name"] == "tasks"]
+        assert volume["persistentVolumeClaim"]["claimName"] in claims
+        ray_env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert ray_env["ETUDE_ROLLOUT__CACHE_DIR"] == "/shared/tasks"
