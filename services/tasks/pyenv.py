@@ -31,6 +31,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -53,6 +54,8 @@ from etude.tasks.repo import IGNORED
 from etude.tasks.sources import RepositorySources
 from etude.tasks.synth.sources import SourceError, source_of
 from etude.tasks.task import Task
+
+log = logging.getLogger(__name__)
 
 WORKSPACE = "/workspace"
 """Where sessions and grading see the repository (etude.sandbox)."""
@@ -155,7 +158,7 @@ def _place(task: Task, envs_dir: Path, workspace: str) -> tuple[Path, dict]:
         "reqs_path": list(task.setup.reqs_path),
         "pip_packages": list(task.setup.pip_packages),
         "workspace": workspace,
-        "runner": _runner_site_dirs(task),
+        "runner": _runner_site_dirs(),
         "project_record": True,  # environments built before it held none: rebuilt
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
@@ -163,29 +166,31 @@ def _place(task: Task, envs_dir: Path, workspace: str) -> tuple[Path, dict]:
     return envs_dir / f"{name}@{spec['commit'][:12]}-{digest}", spec
 
 
-def _runner_site_dirs(task: Task) -> list[str]:
+def _runner_site_dirs() -> list[str]:
     """Where the runner (pytest) is, for the environment's python to find it after its own
-    packages: the site-packages of the interpreter running etude, when the environment's
-    is of the same version (compiled packages of another version would fail to load)."""
-    if (task.setup.python or RUNNING_PYTHON) != RUNNING_PYTHON:
-        return []
+    packages: the site-packages of the interpreter running etude, which built it."""
     return [d for d in site.getsitepackages() if os.path.isdir(d)]
 
 
+_WARNED: set[tuple[str, str]] = set()
+
+
 def _interpreter(task: Task) -> str:
-    """The interpreter to build with: the one running, or `python<version>` on PATH when the
-    task asks for another version."""
+    """The interpreter running etude, whatever Python the task asks for: the tests are
+    graded on it (etude.tasks.testrun adds the environment's site-packages to its runner,
+    and compiled packages are per version), so an environment of another Python could be
+    neither graded nor given pytest. A task that asks for another version (SWE-bench's
+    `python`) is built here all the same, with a warning; `etude tasks verify` says
+    whether its tests pass on this one."""
     wanted = task.setup.python
-    running = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if not wanted or wanted == running:
-        return sys.executable
-    found = shutil.which(f"python{wanted}")
-    if found is None:
-        raise EnvironmentBuildError(
-            f"{task.id}: wants Python {wanted}; this machine runs {running} and has no "
-            f"python{wanted} on PATH"
-        )
-    return found
+    if wanted and wanted != RUNNING_PYTHON and (task.repo, wanted) not in _WARNED:
+        _WARNED.add((task.repo, wanted))  # once per repository, not once per episode
+        log.warning(
+            "%s asks for Python %s; its environment is built with %s, the Python its tests "
+            "are graded on (verify the task to see that they pass there)",
+            task.id, wanted, RUNNING_PYTHON,
+        )  # fmt: skip
+    return sys.executable
 
 
 def _complete(root: Path, spec: dict) -> bool:
