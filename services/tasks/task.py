@@ -47,7 +47,8 @@ class Setup:
     """The commit whose dependency files define the environment; empty: the base commit.
     Tasks sharing it share one environment."""
     python: str = ""
-    """The Python version wanted, `3.9`; empty: any."""
+    """The Python version the dataset names, `3.9`; advisory: environments are built with
+    the Python that grades the tests (etude.tasks.pyenv warns when it differs)."""
     packages: str = ""
     """SWE-bench's `packages`: `requirements.txt`, `environment.yml`, or package names."""
     reqs_path: tuple[str, ...] = ()
@@ -57,7 +58,8 @@ class Setup:
     pre_install: tuple[str, ...] = ()
     """Shell commands run before installing (recorded; not run by etude)."""
     install: str = ""
-    """The command that installs the project, `python -m pip install -e .`."""
+    """The command that installs the project, `python -m pip install -e .` (recorded; the
+    project is imported from the workspace, never installed)."""
 
     def to_install_config(self) -> dict[str, Any]:
         """The non-empty fields but the commit, as `install_config` holds them."""
