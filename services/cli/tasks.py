@@ -25,10 +25,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress
 from rich.table import Table
 
-from etude.cli.synth_progress import SynthProgress, bar_columns, terminate_as_interrupt
+from etude.cli.synth_progress import SynthProgress, terminate_as_interrupt
+from etude.cli.task_progress import task_progress
 from etude.cli.task_sources import (
     CacheOption,
     CheckoutsOption,
@@ -266,12 +266,13 @@ def materialize_command(
     """Build each task's single-commit repository in the cache."""
     selected = [t for t in _read_tasks(tasks) if not task_id or t.id in task_id]
     given = task_sources(selected, path, checkouts, repository)
-    with Progress(console=console) as progress:
-        for task in progress.track(selected, description="materializing"):
+    with task_progress(console, "materializing", len(selected)) as advance:
+        for task in selected:
             try:
                 materialize(task, cache, sources=given)
             except (MaterializeError, PatchError) as error:
                 raise fail(str(error)) from None
+            advance(task.id, "")
     console.print(f"{len(selected)} repositories in {cache}")
 
 
@@ -316,13 +317,12 @@ def verify(
     given = task_sources(selected, path, checkouts, repository)
     provisioning = task_provisioning(selected, given, environment, wheelhouse, index_url)
     failed: list[Verdict] = []
-    with Progress(*bar_columns(), console=console) as progress:
-        bar = progress.add_task("verifying", total=len(selected), tried=0)
+    with task_progress(console, "verifying", len(selected)) as advance:
 
         def on_done(verdict: Verdict) -> None:
             if not verdict.ok:
                 failed.append(verdict)
-            progress.update(bar, advance=1, tried=len(failed))
+            advance(verdict.task_id, "" if verdict.ok else verdict.problem)
 
         bwrap, sandbox = _grading_sandbox()
         try:
@@ -412,13 +412,12 @@ def hints(
     given = task_sources(selected, path, checkouts, repository)
     failed: list[HintResult] = []
     started = time.perf_counter()
-    with Progress(*bar_columns(), console=console) as progress:
-        bar = progress.add_task("hinting", total=len(selected), tried=0)
+    with task_progress(console, "hinting", len(selected)) as advance:
 
         def on_done(result: HintResult) -> None:
             if result.problem:
                 failed.append(result)
-            progress.update(bar, advance=1, tried=len(failed))
+            advance(result.task.id, result.problem)
 
         bwrap, sandbox = _grading_sandbox()
         results = hint_all(

@@ -73,6 +73,7 @@ def test_synth_verify_and_grade_a_project_from_its_sdist(tmp_path):
     assert result.exit_code == 1 and "pass it with --path" in result.output
     result = etude_tasks("verify", "--tasks", out, "--cache", cache, "--path", archive)
     assert result.exit_code == 0 and "1 of 1 tasks verified" in result.output, result.output
+    assert f"verifying 1/1 {task.id}: ok" in result.output  # a line per task off a terminal
 
     result = etude_tasks("grade", out, task.id, "--gold", "--cache", cache, "--path", archive)
     assert result.exit_code == 0 and f"{task.id}: score 1" in result.output, result.output
