@@ -10,7 +10,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -22,8 +22,9 @@ from etude.common.run_config import RunConfig, RunConfigError, load_run_config
 from etude.common.runs import RunFailedError
 from etude.common.settings import EtudeSettings
 from etude.common.signals import StopRequested, stop_on_signals
-from etude.trainer.driver import Driver, cluster_endpoints, recorded_config, serving_env
-from etude.trainer.types import Endpoints, Placement
+
+if TYPE_CHECKING:  # the trainer (torch, transformers) is imported when a command runs
+    from etude.trainer.driver import Driver
 
 ConfigArgument = Annotated[Path | None, typer.Argument(help="Run config (YAML); unset: defaults.")]
 SetOption = Annotated[
@@ -74,6 +75,9 @@ def train(
 ) -> None:
     """Train a policy: SFT warm start, then RL, on the local stack (or a cluster's).
     Without CONFIG, a `--run-id` the gateway recorded trains with the recorded config."""
+    from etude.trainer.driver import Driver, cluster_endpoints, recorded_config
+    from etude.trainer.types import Placement
+
     run = _load(config, overrides)
     settings = settings_for(run_dir)
     if config is None and not overrides and run_id:
@@ -110,6 +114,9 @@ def _on_local_stack(
 ) -> NoReturn:
     """The run on the stack `etude up` runs here, else on one started for it, which serves
     the run's policy; the stack runs the rollout workers as its processes."""
+    from etude.trainer.driver import Driver, serving_env
+    from etude.trainer.types import Endpoints
+
     try:  # exported: the stack's processes inherit this process's environment
         os.environ.update(serving_env(run, settings.stack.models_dir))
     except (ValueError, FileNotFoundError) as error:
