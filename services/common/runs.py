@@ -224,6 +224,18 @@ class RunRegistry:
             raise RunNotFoundError(run_id)
         return RunRecord.from_hash(fields)
 
+    async def is_alive(self, run_id: str, max_silence_seconds: float) -> bool:
+        """The run has not ended and its driver (else its last update) spoke within
+        `max_silence_seconds`: what the reaper would leave alone. An unknown run is not."""
+        try:
+            record = await self.get(run_id)
+        except RunNotFoundError:
+            return False
+        if record.status in TERMINAL:
+            return False
+        last = record.heartbeat_ms or record.updated_ms
+        return _now_ms() - last <= max_silence_seconds * 1000
+
     async def list(self, limit: int = 100) -> list[RunRecord]:
         """The newest `limit` runs, newest first."""
         ids = await self.redis.zrevrange(self._index, 0, max(limit, 1) - 1)

@@ -14,6 +14,7 @@ from grpc import aio
 from etude.api.v1 import inference_pb2, inference_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
+from etude.inference.ownership import PolicyOwnedError
 from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest, InferenceError
 from etude.inference.weight_stream import DEFAULT_CHUNK_BYTES, encoded_chunks
 from etude.inference.wire import delta_from_proto, load_from_proto, request_to_proto
@@ -25,6 +26,8 @@ class Policy:
     model_name: str
     backend: str
     num_parameters: int
+    run_id: str = ""
+    """The run whose weights are served (etude.inference.ownership)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,21 +79,28 @@ class GrpcInference:
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         *,
         drain: bool = False,
+        run_id: str = "",
     ) -> WeightUpdate:
         """`drain`: running completions finish under the old weights first (no completion
-        spans two versions); otherwise the update lands between two decode steps."""
-        messages = encoded_chunks(version, tensors, chunk_bytes, drain=drain)
+        spans two versions); otherwise the update lands between two decode steps. `run_id`:
+        the run sending them; PolicyOwnedError when another live run owns the engine."""
+        messages = encoded_chunks(version, tensors, chunk_bytes, drain=drain, run_id=run_id)
         try:
             reply = await self._update_weights(messages)
         except aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise InferenceError(error.details()) from error
+            if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise PolicyOwnedError(error.details()) from error
             raise
         return WeightUpdate(reply.version.version, reply.tensors_updated, reply.seconds)
 
     async def get_policy(self) -> Policy:
         reply = await self.stub.GetPolicy(inference_pb2.GetPolicyRequest())
-        return Policy(reply.version.version, reply.model_name, reply.backend, reply.num_parameters)
+        return Policy(
+            reply.version.version, reply.model_name, reply.backend, reply.num_parameters,
+            reply.run_id,
+        )  # fmt: skip
 
     async def get_load(self) -> EngineLoad:
         return load_from_proto(await self.stub.GetLoad(inference_pb2.GetLoadRequest()))

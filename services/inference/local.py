@@ -28,16 +28,18 @@ class InProcessInference:
         return self.serving.generate(request)
 
     async def update_weights(
-        self, version: int, tensors: Iterable[tuple[str, torch.Tensor]], *, drain: bool = False
-    ) -> WeightUpdate:
+        self, version: int, tensors: Iterable[tuple[str, torch.Tensor]], *, drain: bool = False,
+        run_id: str = "",
+    ) -> WeightUpdate:  # fmt: skip
         loaded, seconds = await self.serving.update_weights(
-            version, tensors, time.perf_counter(), drain=drain
+            version, tensors, time.perf_counter(), drain=drain, run_id=run_id
         )
         return WeightUpdate(version, loaded, seconds)
 
     async def get_policy(self) -> Policy:
         b = self.backend
-        return Policy(b.policy_version, b.model_name, b.name, b.num_parameters)
+        run_id = self.serving.ownership.run_id
+        return Policy(b.policy_version, b.model_name, b.name, b.num_parameters, run_id)
 
     async def get_load(self) -> EngineLoad:
         return self.serving.load()

@@ -9,6 +9,7 @@ import grpc
 
 from etude.api.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from etude.common.grpc_server import Registration
+from etude.inference.ownership import PolicyOwnedError
 from etude.inference.serving import Serving
 from etude.inference.types import EngineFault, InferenceError
 from etude.inference.weight_stream import WeightStreamError, assemble, decode_chunk
@@ -50,10 +51,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             update = await assemble(request_iterator, self.max_update_bytes)
             version = update.version
             loaded, seconds = await self.serving.update_weights(
-                version, update.tensors, started, drain=update.drain
+                version, update.tensors, started, drain=update.drain, run_id=update.run_id
             )
         except (WeightStreamError, InferenceError) as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except PolicyOwnedError as error:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
         return inference_pb2.UpdateWeightsResponse(
             version=common_pb2.PolicyVersion(version=version),
             tensors_updated=loaded,
@@ -66,6 +69,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             model_name=self.backend.model_name,
             backend=self.backend.name,
             num_parameters=self.backend.num_parameters,
+            run_id=self.serving.ownership.run_id,
         )
 
     async def GetLoad(self, request, context):

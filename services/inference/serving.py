@@ -26,12 +26,14 @@ from etude.inference.metrics import (
     TOKENS_GENERATED,
     WEIGHT_UPDATE_SECONDS,
 )
+from etude.inference.ownership import PolicyOwnership
 from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest, InferenceError
 
 
 class Serving:
-    def __init__(self, backend: InferenceBackend) -> None:
+    def __init__(self, backend: InferenceBackend, ownership: PolicyOwnership | None = None) -> None:
         self.backend = backend
+        self.ownership = ownership or PolicyOwnership()
         self._open = asyncio.Event()  # cleared while a draining update holds new requests
         self._open.set()
         self._idle = asyncio.Event()  # set while no request is being generated
@@ -97,10 +99,13 @@ class Serving:
         started: float,
         *,
         drain: bool = False,
+        run_id: str = "",
     ) -> tuple[int, float]:
         """Load a policy version, in flight or draining (above); returns tensors loaded and
-        seconds since `started` (the first byte received)."""
+        seconds since `started` (the first byte received). PolicyOwnedError when another
+        live run owns the engine (etude.inference.ownership)."""
         async with self._updates:
+            await self.ownership.check(run_id)
             served = self.backend.policy_version
             if version <= served:
                 raise InferenceError(f"version {version} is not newer than the served {served}")
@@ -113,6 +118,7 @@ class Serving:
                     loaded = await self.backend.update_weights(version, tensors)
                 finally:
                     self._open.set()
+            self.ownership.loaded(run_id)
         seconds = time.perf_counter() - started
         WEIGHT_UPDATE_SECONDS.observe(seconds)
         return loaded, seconds

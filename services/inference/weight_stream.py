@@ -43,6 +43,8 @@ class ReceivedUpdate:
     tensors: list[tuple[str, torch.Tensor]]
     drain: bool
     """Let running generation finish under the old weights first (etude.inference.serving)."""
+    run_id: str = ""
+    """The run sending them (etude.inference.ownership); empty: none named."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +57,13 @@ class ReceivedChunk:
 
 
 def _pieces(
-    version: int, tensors: Iterable[tuple[str, torch.Tensor]], chunk_bytes: int, drain: bool
-) -> Iterator[tuple[inference_pb2.WeightChunk, memoryview]]:
+    version: int, tensors: Iterable[tuple[str, torch.Tensor]], chunk_bytes: int, drain: bool,
+    run_id: str,
+) -> Iterator[tuple[inference_pb2.WeightChunk, memoryview]]:  # fmt: skip
     """Each message of an update as (every field but `data`, the bytes `data` carries)."""
     version_message = common_pb2.PolicyVersion(version=version)
-    yield inference_pb2.WeightChunk(version=version_message, drain=drain), memoryview(b"")
+    first = inference_pb2.WeightChunk(version=version_message, drain=drain, run_id=run_id)
+    yield first, memoryview(b"")
     for name, tensor in tensors:
         dtype = str(tensor.dtype).removeprefix("torch.")
         if dtype not in _DTYPES:
@@ -78,9 +82,10 @@ def chunks(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     *,
     drain: bool = False,
+    run_id: str = "",
 ) -> Iterator[inference_pb2.WeightChunk]:
-    """The messages of one UpdateWeights call; the first carries the version and mode."""
-    for header, data in _pieces(version, tensors, chunk_bytes, drain):
+    """The messages of one UpdateWeights call; the first carries the version, mode and run."""
+    for header, data in _pieces(version, tensors, chunk_bytes, drain, run_id):
         header.data = bytes(data)
         yield header
 
@@ -91,9 +96,10 @@ def encoded_chunks(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     *,
     drain: bool = False,
+    run_id: str = "",
 ) -> Iterator[bytes]:
     """The messages of `chunks`, serialised, each tensor byte copied once (module doc)."""
-    for header, data in _pieces(version, tensors, chunk_bytes, drain):
+    for header, data in _pieces(version, tensors, chunk_bytes, drain, run_id):
         serialised = header.SerializeToString()
         if len(data):
             serialised = b"".join((serialised, _DATA_TAG, _varint(len(data)), data))
@@ -206,7 +212,7 @@ def _tensor_over(data: memoryview) -> torch.Tensor:
 async def assemble(messages: AsyncIterator[ReceivedChunk], max_bytes: int) -> ReceivedUpdate:
     """The update a chunk stream carries; raises WeightStreamError on a malformed one."""
     version: int | None = None
-    drain = False
+    drain, run_id = False, ""
     tensors: list[tuple[str, torch.Tensor]] = []
     current: _Filling | None = None
     declared = 0  # bytes of the tensors begun so far
@@ -216,7 +222,7 @@ async def assemble(messages: AsyncIterator[ReceivedChunk], max_bytes: int) -> Re
         if version is None:
             if not message.HasField("version"):
                 raise WeightStreamError("the first message must carry the policy version")
-            version, drain = message.version.version, message.drain
+            version, drain, run_id = message.version.version, message.drain, message.run_id
             if not message.name:
                 continue
         if not message.name:
@@ -246,4 +252,4 @@ async def assemble(messages: AsyncIterator[ReceivedChunk], max_bytes: int) -> Re
         raise WeightStreamError("an empty update stream")
     if current is not None:
         tensors.append(current.finish())
-    return ReceivedUpdate(version, tensors, drain)
+    return ReceivedUpdate(version, tensors, drain, run_id)

@@ -26,17 +26,20 @@ class WeightEndpoint(Protocol):
     async def get_policy(self) -> Policy: ...
 
     async def update_weights(
-        self, version: int, tensors: Iterable[tuple[str, torch.Tensor]], *, drain: bool = False
-    ) -> WeightUpdate: ...
+        self, version: int, tensors: Iterable[tuple[str, torch.Tensor]], *, drain: bool = False,
+        run_id: str = "",
+    ) -> WeightUpdate: ...  # fmt: skip
 
     async def close(self) -> None: ...
 
 
 class WeightPublisher:
-    def __init__(self, endpoints: list[WeightEndpoint]) -> None:
+    def __init__(self, endpoints: list[WeightEndpoint], run_id: str = "") -> None:
         if not endpoints:
             raise ValueError("weight sync needs at least one inference endpoint")
         self.endpoints = endpoints
+        self.run_id = run_id
+        """Named in every update: an engine another live run owns refuses it."""
 
     async def current_version(self) -> int:
         """The newest version any endpoint serves: the next publication must exceed it."""
@@ -63,7 +66,10 @@ class WeightPublisher:
                 if only is None or name in only
             ]
         await asyncio.gather(
-            *(e.update_weights(version, tensors, drain=drain) for e in self.endpoints)
+            *(
+                e.update_weights(version, tensors, drain=drain, run_id=self.run_id)
+                for e in self.endpoints
+            )
         )
         return time.perf_counter() - started
 

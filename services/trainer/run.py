@@ -118,7 +118,7 @@ class TrainingRun:
         environment = GrpcEnvironment(self.endpoints.environment, settings.client)
         reward = GrpcReward(self.endpoints.reward, settings.client, run_id=self.run_id)
         self.inference = [GrpcInference(a, settings.client) for a in self.endpoints.inference]
-        self.publisher = WeightPublisher(self.inference)
+        self.publisher = WeightPublisher(self.inference, self.run_id)
         for client in (environment, reward):
             enter(client.close)
         enter(self.publisher.close)

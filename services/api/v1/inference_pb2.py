@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from etude.api.v1 import common_pb2 as etude_dot_api_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x65tude/api/v1/inference.proto\x12\x0c\x65tude.api.v1\x1a\x19\x65tude/api/v1/common.proto\"\xa4\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\t\n\x01n\x18\x07 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x08 \x03(\x05\x42\x07\n\x05_seed\"\x84\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x13\n\x0bprompt_text\x18\x03 \x01(\t\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.etude.api.v1.SamplingParams\"\x9d\x01\n\rGenerateChunk\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12\x17\n\x0fpolicy_versions\x18\x04 \x03(\x03\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x31\n\rfinish_reason\x18\x06 \x01(\x0e\x32\x1a.etude.api.v1.FinishReason\"\x94\x01\n\x0bWeightChunk\x12,\n\x07version\x18\x01 \x01(\x0b\x32\x1b.etude.api.v1.PolicyVersion\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x03\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\r\n\x05\x64rain\x18\x07 \x01(\x08\"o\n\x15UpdateWeightsResponse\x12,\n\x07version\x18\x01 \x01(\x0b\x32\x1b.etude.api.v1.PolicyVersion\x12\x17\n\x0ftensors_updated\x18\x02 \x01(\x03\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"\x12\n\x10GetPolicyRequest\"w\n\nPolicyInfo\x12,\n\x07version\x18\x01 \x01(\x0b\x32\x1b.etude.api.v1.PolicyVersion\x12\x12\n\nmodel_name\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x16\n\x0enum_parameters\x18\x04 \x01(\x03\"\x10\n\x0eGetLoadRequest\"\x98\x01\n\nEngineLoad\x12,\n\x07version\x18\x01 \x01(\x0b\x32\x1b.etude.api.v1.PolicyVersion\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x0f\n\x07waiting\x18\x03 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12\x16\n\x0ekv_cache_usage\x18\x05 \x01(\x01\x12\x10\n\x08\x64raining\x18\x06 \x01(\x08*|\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x32\xb9\x02\n\x10InferenceService\x12H\n\x08Generate\x12\x1d.etude.api.v1.GenerateRequest\x1a\x1b.etude.api.v1.GenerateChunk0\x01\x12Q\n\rUpdateWeights\x12\x19.etude.api.v1.WeightChunk\x1a#.etude.api.v1.UpdateWeightsResponse(\x01\x12\x45\n\tGetPolicy\x12\x1e.etude.api.v1.GetPolicyRequest\x1a\x18.etude.api.v1.PolicyInfo\x12\x41\n\x07GetLoad\x12\x1c.etude.api.v1.GetLoadRequest\x1a\x18.etude.api.v1.EngineLoadb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x65tude/api/v1/inference.proto\x12\x0c\x65tude.api.v1\x1a\x19\x65tude/api/v1/common.proto\"\xa4\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\t\n\x01n\x18\x07 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x08 \x03(\x05\x42\x07\n\x05_seed\"\x84\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x13\n\x0bprompt_text\x18\x03 \x01(\t\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.etude.api.v1.SamplingParams\"\x9d\x01\n\rGenerateChunk\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12\x17\n\x0fpolicy_versions\x18\x04 \x03(\x03\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x31\n\rfinish_reason\x18\x06 \x01(\x0e\x32\x1a.etude.api.v1.FinishReason\"\xa4\x01\n\x0bWeightChunk\x12,\n\x07version\x18\x01 \x01(\x0b\x32\x1b.etude.api.v1.PolicyVersion\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x03\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\r\n\x05\x64rain\x18\x07 \x01(\x08\x12\x0e\n\x06run_id\x18\x08 \x01(\t\"o\n\x15UpdateWeightsResponse\x12,\n\x07version\x18\x01 \x01(\x0b\x32\x1b.etude.api.v1.PolicyVersion\x12\x17\n\x0ftensors_updated\x18\x02 \x01(\x03\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"\x12\n\x10GetPolicyRequest\"\x87\x01\n\nPolicyInfo\x12,\n\x07version\x18\x01 \x01(\x0b\x32\x1b.etude.api.v1.PolicyVersion\x12\x12\n\nmodel_name\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x16\n\x0enum_parameters\x18\x04 \x01(\x03\x12\x0e\n\x06run_id\x18\x05 \x01(\t\"\x10\n\x0eGetLoadRequest\"\x98\x01\n\nEngineLoad\x12,\n\x07version\x18\x01 \x01(\x0b\x32\x1b.etude.api.v1.PolicyVersion\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x0f\n\x07waiting\x18\x03 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12\x16\n\x0ekv_cache_usage\x18\x05 \x01(\x01\x12\x10\n\x08\x64raining\x18\x06 \x01(\x08*|\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x32\xb9\x02\n\x10InferenceService\x12H\n\x08Generate\x12\x1d.etude.api.v1.GenerateRequest\x1a\x1b.etude.api.v1.GenerateChunk0\x01\x12Q\n\rUpdateWeights\x12\x19.etude.api.v1.WeightChunk\x1a#.etude.api.v1.UpdateWeightsResponse(\x01\x12\x45\n\tGetPolicy\x12\x1e.etude.api.v1.GetPolicyRequest\x1a\x18.etude.api.v1.PolicyInfo\x12\x41\n\x07GetLoad\x12\x1c.etude.api.v1.GetLoadRequest\x1a\x18.etude.api.v1.EngineLoadb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'etude.api.v1.inference_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISHREASON']._serialized_start=1113
-  _globals['_FINISHREASON']._serialized_end=1237
+  _globals['_FINISHREASON']._serialized_start=1146
+  _globals['_FINISHREASON']._serialized_end=1270
   _globals['_SAMPLINGPARAMS']._serialized_start=74
   _globals['_SAMPLINGPARAMS']._serialized_end=238
   _globals['_GENERATEREQUEST']._serialized_start=241
@@ -41,17 +41,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATECHUNK']._serialized_start=376
   _globals['_GENERATECHUNK']._serialized_end=533
   _globals['_WEIGHTCHUNK']._serialized_start=536
-  _globals['_WEIGHTCHUNK']._serialized_end=684
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=686
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=797
-  _globals['_GETPOLICYREQUEST']._serialized_start=799
-  _globals['_GETPOLICYREQUEST']._serialized_end=817
-  _globals['_POLICYINFO']._serialized_start=819
-  _globals['_POLICYINFO']._serialized_end=938
-  _globals['_GETLOADREQUEST']._serialized_start=940
-  _globals['_GETLOADREQUEST']._serialized_end=956
-  _globals['_ENGINELOAD']._serialized_start=959
-  _globals['_ENGINELOAD']._serialized_end=1111
-  _globals['_INFERENCESERVICE']._serialized_start=1240
-  _globals['_INFERENCESERVICE']._serialized_end=1553
+  _globals['_WEIGHTCHUNK']._serialized_end=700
+  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=702
+  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=813
+  _globals['_GETPOLICYREQUEST']._serialized_start=815
+  _globals['_GETPOLICYREQUEST']._serialized_end=833
+  _globals['_POLICYINFO']._serialized_start=836
+  _globals['_POLICYINFO']._serialized_end=971
+  _globals['_GETLOADREQUEST']._serialized_start=973
+  _globals['_GETLOADREQUEST']._serialized_end=989
+  _globals['_ENGINELOAD']._serialized_start=992
+  _globals['_ENGINELOAD']._serialized_end=1144
+  _globals['_INFERENCESERVICE']._serialized_start=1273
+  _globals['_INFERENCESERVICE']._serialized_end=1586
 # @@protoc_insertion_point(module_scope)

@@ -68,7 +68,7 @@ class GenerateChunk(_message.Message):
     def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ...) -> None: ...
 
 class WeightChunk(_message.Message):
-    __slots__ = ("version", "name", "dtype", "shape", "offset", "data", "drain")
+    __slots__ = ("version", "name", "dtype", "shape", "offset", "data", "drain", "run_id")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +76,7 @@ class WeightChunk(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.PolicyVersion
     name: str
     dtype: str
@@ -83,7 +84,8 @@ class WeightChunk(_message.Message):
     offset: int
     data: bytes
     drain: bool
-    def __init__(self, version: _Optional[_Union[_common_pb2.PolicyVersion, _Mapping]] = ..., name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., drain: _Optional[bool] = ...) -> None: ...
+    run_id: str
+    def __init__(self, version: _Optional[_Union[_common_pb2.PolicyVersion, _Mapping]] = ..., name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., drain: _Optional[bool] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class UpdateWeightsResponse(_message.Message):
     __slots__ = ("version", "tensors_updated", "seconds")
@@ -100,16 +102,18 @@ class GetPolicyRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PolicyInfo(_message.Message):
-    __slots__ = ("version", "model_name", "backend", "num_parameters")
+    __slots__ = ("version", "model_name", "backend", "num_parameters", "run_id")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     NUM_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.PolicyVersion
     model_name: str
     backend: str
     num_parameters: int
-    def __init__(self, version: _Optional[_Union[_common_pb2.PolicyVersion, _Mapping]] = ..., model_name: _Optional[str] = ..., backend: _Optional[str] = ..., num_parameters: _Optional[int] = ...) -> None: ...
+    run_id: str
+    def __init__(self, version: _Optional[_Union[_common_pb2.PolicyVersion, _Mapping]] = ..., model_name: _Optional[str] = ..., backend: _Optional[str] = ..., num_parameters: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class GetLoadRequest(_message.Message):
     __slots__ = ()

@@ -67,8 +67,8 @@ class InferenceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateWeights(self, request_iterator, context):
-        """Replace the policy weights. The first message carries the version; the rest carry
-        tensor data. Generation in flight continues under the new weights (mid-completion:
+        """Replace the policy weights. The first message carries the version (and the run); the
+        rest carry tensor data. Generation in flight continues under the new weights (mid-completion:
         the partial-rollout mode), or, with `drain`, finishes under the old ones first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
