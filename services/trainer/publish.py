@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Protocol
 
 import torch
 
 from etude.inference.client import Policy, WeightUpdate
+from etude.inference.ownership import PolicyOwnedError
 
 
 class WeightEndpoint(Protocol):
@@ -40,6 +41,19 @@ class WeightPublisher:
         self.endpoints = endpoints
         self.run_id = run_id
         """Named in every update: an engine another live run owns refuses it."""
+
+    async def check_free(self, run_alive: Callable[[str], Awaitable[bool]]) -> None:
+        """PolicyOwnedError when an endpoint serves another run that is still alive: said at
+        the start, not at the first weight sync after a warm start of minutes (the engine
+        would refuse the update then; etude.inference.ownership)."""
+        policies = await asyncio.gather(*(e.get_policy() for e in self.endpoints))
+        for owner in {p.run_id for p in policies} - {"", self.run_id}:
+            if await run_alive(owner):
+                raise PolicyOwnedError(
+                    f"the inference service serves run {owner}'s policy and that run is still "
+                    f"going; run {self.run_id or '(unnamed)'} needs an inference service of "
+                    f"its own (another stack or release), or run {owner} stopped first"
+                )
 
     async def current_version(self) -> int:
         """The newest version any endpoint serves: the next publication must exceed it."""

@@ -122,6 +122,8 @@ class TrainingRun:
         for client in (environment, reward):
             enter(client.close)
         enter(self.publisher.close)
+        timeout = settings.runs.driver_timeout_seconds
+        await self.publisher.check_free(lambda run: self.registry.is_alive(run, timeout))
         # Evaluation and SFT demonstrations run here, through the agent loop, on tasks built
         # from where the run's registration says (as the workers build them).
         self.episodes = InProcessEpisodes(

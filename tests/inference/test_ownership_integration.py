@@ -21,6 +21,7 @@ from etude.inference.config import InferenceConfig, InferenceSettings
 from etude.inference.ownership import PolicyOwnedError
 from etude.inference.types import GenerationRequest, SamplingParams
 from etude.model.checkpoint import from_pretrained
+from etude.trainer.publish import WeightPublisher
 from tests.inference.completions import run_request
 
 pytestmark = pytest.mark.integration
@@ -76,7 +77,13 @@ async def test_a_second_run_cannot_replace_a_live_run_s_policy(engine, registry)
     completion = (await run_request(engine, request))[0]
     assert set(completion["versions"]) == {2}  # and it still serves
 
+    # A trainer starting the second run says so at once, before its warm start.
+    publisher = WeightPublisher([engine], second)
+    with pytest.raises(PolicyOwnedError, match=f"serves run {first}'s policy"):
+        await publisher.check_free(lambda run: registry.is_alive(run, 30))
+
     await registry.update(first, status="finished")
+    await publisher.check_free(lambda run: registry.is_alive(run, 30))
     await engine.update_weights(3, weights, run_id=second)
     policy = await engine.get_policy()
     assert (policy.run_id, policy.version) == (second, 3)

@@ -15,6 +15,7 @@ from etude.cli.status import read_status
 from etude.common.run_config import RunConfig
 from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings, StackSettings
+from etude.trainer.run import TrainingRun
 from etude.trainer.types import Endpoints
 
 
@@ -45,3 +46,10 @@ async def register(redis_url: str, config: RunConfig) -> str:
         return (await RunRegistry(client).create(config)).run_id
     finally:
         await client.aclose()
+
+
+async def finished(run: TrainingRun) -> None:
+    """End a run driven here as its driver would (`finished`), then close it: the next run
+    on the package's stack takes the inference engine over (etude.inference.ownership)."""
+    await run.registry.update(run.run_id, status="finished")
+    await run.close()

@@ -55,7 +55,7 @@ import pytest
 from etude.cli.stack import ServiceSpec
 from etude.common.run_config import parse_run_config
 from etude.trainer.run import TrainingRun
-from tests.trainer.conftest import endpoints, register, worker_spec
+from tests.trainer.conftest import endpoints, finished, register, worker_spec
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ async def sft(stack, tmp_path) -> str:
         **GUARD_RUN, "output_dir": str(tmp_path / "runs-sft"),
         "sft": {**GUARD_RUN["sft"], "cache_dir": str(tmp_path / "sft-cache")},
     })  # fmt: skip
-    await run.close()
+    await finished(run)
     return summary["sft_cached"]
 
 
@@ -129,7 +129,7 @@ async def train(
         await run.rl(_never, on_step=on_step)
     finally:
         stack.stop_service(worker)
-        await run.close()
+        await finished(run)
     return rewards, passed
 
 

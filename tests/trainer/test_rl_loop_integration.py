@@ -25,7 +25,7 @@ from etude.tasks.taskset import RunTasks
 from etude.trainer import checkpoint
 from etude.trainer.run import TrainingRun
 from etude.trainer.trainer import PolicyTrainer
-from tests.trainer.conftest import endpoints, register, worker_spec
+from tests.trainer.conftest import endpoints, finished, register, worker_spec
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +84,7 @@ async def test_two_tasks_two_rollouts_two_steps_and_an_exact_resume(stack, tmp_p
     assert f"etude_trainer_policy_version {float(start_version + 2)}" in exported
     assert "etude_trainer_staleness_bucket" in exported
     assert "etude_trainer_weight_sync_seconds_count" in exported
-    await run.close()
+    await finished(run)
 
     # Resume from step 1: the same step-2 batch gives the identical loss.
     model = from_pretrained(config.policy.init, seed=config.policy.seed)
@@ -213,7 +213,7 @@ async def test_the_kl_reference_is_the_policy_rl_starts_from_even_after_a_resume
     await resumed.warm_start()
     assert _weights(resumed.model) == moved
     assert _weights(resumed.trainer.reference) == sft_policy
-    await resumed.close()
+    await finished(resumed)
 
 
 async def test_with_split_projects_rl_trains_on_projects_sft_never_demonstrated(stack, tmp_path):
@@ -237,7 +237,7 @@ async def test_with_split_projects_rl_trains_on_projects_sft_never_demonstrated(
         summary = await run.warm_start()
         assert summary["demonstrations"] == 2  # the two demonstrated tasks, tier 3, one style
     finally:
-        await run.close()
+        await finished(run)
 
 
 def _weights(model) -> dict[str, list]:
