@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from etude.rollout.types import FINISH_PREFIX
+from etude.rollout.evaluation import wilson_interval
 from etude.trainer import metrics
 
 
@@ -98,34 +99,62 @@ def _export_behaviour(values: dict[str, float]) -> None:
 def plot_reward_curve(
     history: list[dict[str, Any]], path: Path, held_out: list[dict[str, Any]] = ()
 ) -> Path:
-    """Training reward and pass rate per RL step; held-out pass@1 (`held_out_points`) as
-    points with their 95% intervals, so a reader sees whether the gain is beyond the noise."""
+    """`reward_curve_figure` as a PNG at `path`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    steps = [r["step"] for r in history]
-    figure, axis = plt.subplots(figsize=(6, 3.5), dpi=100)
-    axis.plot(steps, [r["reward_mean"] for r in history], marker="o", label="mean reward")
-    axis.plot(steps, [r["pass_rate"] for r in history], marker="s", label="pass rate")
-    for tier in sorted({p["tier"] for p in held_out}):
-        series = [p for p in held_out if p["tier"] == tier]
-        passes = [p["pass"] for p in series]
-        axis.errorbar(
-            [p["step"] for p in series], passes, capsize=4, marker="D", linestyle="--",
-            yerr=[[max(0.0, v - p["low"]) for v, p in zip(passes, series, strict=True)],
-                  [max(0.0, p["high"] - v) for v, p in zip(passes, series, strict=True)]],
-            label=f"held-out pass@1, tier {tier} (95% CI)",
-        )  # fmt: skip
-    axis.set_xlabel("RL step")
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set_ylim(-0.05, 1.05)
-    axis.grid(alpha=0.3)
-    axis.legend(loc="upper left", fontsize="small")
-    axis.set_title("Training reward and held-out pass@1")
-    figure.tight_layout()
+    figure = reward_curve_figure(history, held_out)
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+def reward_curve_figure(history: list[dict[str, Any]], held_out: list[dict[str, Any]] = ()):
+    """Two panels, so neither curve hides the other (both sit at 0 before anything is
+    learned): the training reward per RL step, mean ± one standard deviation over the
+    step's rollouts; the pass rate with its 95% interval over those rollouts, and held-out
+    pass@1 (`held_out_points`) before and after RL with theirs — whether a gain is beyond
+    the noise."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    steps = [r["step"] for r in history]
+    figure, (rewards, passes) = plt.subplots(2, 1, figsize=(6, 5.5), dpi=100, sharex=True)
+    mean = [r["reward_mean"] for r in history]
+    spread = [r.get("reward_std", 0.0) for r in history]
+    rewards.plot(steps, mean, marker="o", color="C0", label="mean reward")
+    rewards.fill_between(
+        steps, [m - s for m, s in zip(mean, spread, strict=True)],
+        [m + s for m, s in zip(mean, spread, strict=True)],
+        color="C0", alpha=0.2, label="± 1 std over rollouts",
+    )  # fmt: skip
+    rewards.set_ylabel("reward")
+    rewards.set_title("Training reward and pass rate per RL step")
+
+    rate = [r["pass_rate"] for r in history]
+    intervals = [wilson_interval(round(p * n), n) if n else (p, p)
+                 for p, n in ((r["pass_rate"], int(r.get("sequences", 0))) for r in history)]  # fmt: skip
+    passes.plot(steps, rate, marker="s", color="C1", label="pass rate (training rollouts)")
+    passes.fill_between(steps, [low for low, _ in intervals], [high for _, high in intervals],
+                        color="C1", alpha=0.2, label="95% interval")  # fmt: skip
+    for colour, tier in enumerate(sorted({p["tier"] for p in held_out}), start=2):
+        series = [p for p in held_out if p["tier"] == tier]
+        values = [p["pass"] for p in series]
+        passes.errorbar(
+            [p["step"] for p in series], values, capsize=4, marker="D", linestyle="--",
+            color=f"C{colour}",
+            yerr=[[max(0.0, v - p["low"]) for v, p in zip(values, series, strict=True)],
+                  [max(0.0, p["high"] - v) for v, p in zip(values, series, strict=True)]],
+            label=f"held-out pass@1, tier {tier} (95% CI)",
+        )  # fmt: skip
+    passes.set_ylim(-0.05, 1.05)
+    passes.set_ylabel("pass rate")
+    passes.set_xlabel("RL step")
+    passes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for axis in (rewards, passes):
+        axis.grid(alpha=0.3)
+        axis.legend(loc="upper left", fontsize="small")
+    figure.tight_layout()
+    return figure

@@ -121,3 +121,33 @@ def test_the_curve_shows_held_out_pass_at_1_before_and_after_with_its_intervals(
     # The held-out series draws a third and a fourth colour (matplotlib's C2, C3).
     assert {(44, 160, 44), (214, 39, 40)} <= set(with_points.getdata())
     assert not {(44, 160, 44), (214, 39, 40)} & set(without.getdata())
+
+
+def test_the_curve_shows_reward_and_pass_rate_apart_each_with_its_spread():
+    """Both at 0 (nothing learned yet) must still be two visible curves, and a step's
+    spread is drawn: reward ± one std, pass rate within its 95% interval over the rollouts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from etude.trainer.report import reward_curve_figure
+
+    history = [
+        {"step": 1, "reward_mean": 0.0, "reward_std": 0.0, "pass_rate": 0.0, "sequences": 32.0},
+        {"step": 2, "reward_mean": 0.4, "reward_std": 0.2, "pass_rate": 0.25, "sequences": 32.0},
+    ]
+    figure = reward_curve_figure(history)
+    try:
+        rewards, passes = figure.axes
+        assert [list(line.get_ydata()) for line in rewards.lines] == [[0.0, 0.4]]
+        assert [list(line.get_ydata()) for line in passes.lines] == [[0.0, 0.25]]
+        [reward_band] = rewards.collections
+        ys = reward_band.get_paths()[0].vertices[:, 1]
+        assert (ys.min(), ys.max()) == (pytest.approx(0.0), pytest.approx(0.6))
+        [pass_band] = passes.collections
+        ys = pass_band.get_paths()[0].vertices[:, 1]
+        # 8 of 32 passed: Wilson's 95% interval reaches 0.421; 0 of 32 starts at 0.
+        assert (ys.min(), ys.max()) == (pytest.approx(0.0), pytest.approx(0.4211, abs=1e-3))
+    finally:
+        plt.close(figure)
