@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from etude.rollout.types import FINISH_PREFIX
 from etude.rollout.evaluation import wilson_interval
+from etude.rollout.types import FINISH_PREFIX
 from etude.trainer import metrics
 
 
