@@ -134,8 +134,10 @@ def reward_curve_figure(history: list[dict[str, Any]], held_out: list[dict[str, 
     rewards.set_title("Training reward and pass rate per RL step")
 
     rate = [r["pass_rate"] for r in history]
-    intervals = [wilson_interval(round(p * n), n) if n else (p, p)
-                 for p, n in ((r["pass_rate"], int(r.get("sequences", 0))) for r in history)]  # fmt: skip
+    counts = [int(r.get("sequences", 0)) for r in history]  # rollouts the rate is over
+    intervals = [
+        wilson_interval(round(p * n), n) if n else (p, p) for p, n in zip(rate, counts, strict=True)
+    ]
     passes.plot(steps, rate, marker="s", color="C1", label="pass rate (training rollouts)")
     passes.fill_between(steps, [low for low, _ in intervals], [high for _, high in intervals],
                         color="C1", alpha=0.2, label="95% interval")  # fmt: skip
