@@ -226,3 +226,38 @@ def tasksets(
 ) -> None:
     """The task sets the gateway offers, with train and held-out counts."""
     _output(_request(gateway, run_dir, "GET", "/tasksets"), as_json, _print_tasksets)
+
+
+@app.command()
+def trajectories(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    step: Annotated[int | None, typer.Option(min=0, help="One RL step's; unset: all.")] = None,
+    task: Annotated[str | None, typer.Option(help="One task's (its id).")] = None,
+    worst: Annotated[bool, typer.Option("--worst", help="Lowest reward first.")] = False,
+    best: Annotated[bool, typer.Option("--best", help="Highest reward first.")] = False,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Trajectories shown.")] = 5,
+    full: Annotated[bool, typer.Option("--full", help="Every message whole.")] = False,
+    gateway: GatewayOption = None,
+    run_dir: RunDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What the agent did: each kept trajectory's turns, tool calls, tool results, diff,
+    hidden-test outcomes and reward parts (`trajectories.keep` of the run config)."""
+    from etude.cli.trajectory_view import print_trajectory
+
+    if worst and best:
+        console.print("[red]--worst or --best, not both.[/]")
+        raise typer.Exit(2)
+    query = {"limit": limit, "order": "worst" if worst else "best" if best else ""}
+    query |= {k: v for k, v in (("step", step), ("task", task)) if v is not None}
+    path = f"/runs/{urllib.parse.quote(run_id, safe='')}/trajectories"
+    records = _request(gateway, run_dir, "GET", f"{path}?{urllib.parse.urlencode(query)}")
+    if as_json:
+        print(json.dumps(records, indent=2))
+        return
+    if not records:
+        console.print("No trajectories kept for that selection.")
+        return
+    out = Console()
+    for record in records:
+        print_trajectory(out, record, 0 if full else 1500)

@@ -47,6 +47,11 @@ class RolloutRequest(Payload, tag="rollout.v1"):
     function's source."""
 
 
+MAX_DIFF_CHARS = 65_536
+"""A trajectory's diff is cut here: a policy that rewrote a large file should not make every
+queue entry of its group megabytes long."""
+
+
 class Trajectory(Payload, tag="trajectory.v1"):
     """One finished rollout, scored, as the trainer reads it. The token arrays are aligned:
     entry i describes token i of the whole episode (prompt, the policy's turns, tool results)."""
@@ -80,6 +85,16 @@ class Trajectory(Payload, tag="trajectory.v1"):
     """Edits to a file not read with `read_file` in an earlier turn (etude.rollout.behaviour)."""
     reads_before_first_edit: int | None = None
     """Read/search calls before the first edit; None when the episode made no edit."""
+    diff: str = ""
+    """The workspace's unified diff against the base commit when the episode ended (what was
+    graded), cut at `MAX_DIFF_CHARS`; kept for reading the trajectory, not for training."""
+    fail_to_pass: dict[str, bool] = {}
+    """Each FAIL_TO_PASS test and whether it passed."""
+    pass_to_pass_broken: list[str] = []
+    """The PASS_TO_PASS tests that failed (the rest passed: `pass_to_pass_count` in all)."""
+    pass_to_pass_count: int = 0
+    grading_error: str = ""
+    """Why the patch could not be graded (it did not apply, the suite did not run)."""
 
     @property
     def correctness(self) -> float:

@@ -287,6 +287,12 @@ class TrainerConfig(_Part):
     loss: LossSettings = LossSettings()
 
 
+class TrajectoriesConfig(_Part):
+    keep: float = Field(default=1.0, ge=0, le=1)
+    """Share of each RL step's groups whose trajectories are written, readable, to
+    `<run dir>/trajectories/` (etude.trainer.trajectory_log); 0: none."""
+
+
 class RunConfig(_Part):
     name: str = Field(default="run", pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
     """Short label; the run id is `<name>-<random>`."""
@@ -295,6 +301,7 @@ class RunConfig(_Part):
     sft: SftConfig = SftConfig()
     rollout: RolloutConfig = RolloutConfig()
     trainer: TrainerConfig = TrainerConfig()
+    trajectories: TrajectoriesConfig = TrajectoriesConfig()
     output_dir: Path = Path(".etude/runs")
     """Checkpoints, metrics (JSONL, TensorBoard), the summary and the reward curve go in
     `<output_dir>/<run id>/`."""

@@ -43,6 +43,7 @@ from etude.common.auth import OPERATOR_ONLY, Verifier
 from etude.common.run_config import RunConfig
 from etude.common.runs import RUN_ID_PATTERN, TERMINAL, RunNotFoundError, RunRecord, RunRegistry
 from etude.common.settings import get_settings
+from etude.common.trajectory_log import read_trajectories
 from etude.gateway.launcher import Launcher
 from etude.gateway.metrics import REQUEST_SECONDS, REQUESTS
 from etude.gateway.validation import StrictJSONRoute, confine_run_paths, gateway_run_dir
@@ -347,6 +348,29 @@ def create_app(
         if record.status in TERMINAL and not record.stop_requested:
             raise HTTPException(409, f"run {run_id!r} has already ended ({record.status})")
         return Run.of(record)
+
+    @app.get(
+        "/runs/{run_id}/trajectories",
+        responses={**NOT_FOUND, **DENIED, **UNAVAILABLE},
+        dependencies=guarded,
+    )
+    async def run_trajectories(
+        request: Request,
+        run_id: str,
+        step: Annotated[int | None, Query(ge=0)] = None,
+        task: Annotated[str | None, Query(min_length=1, max_length=1000)] = None,
+        order: Annotated[str, Query(pattern="^(|worst|best)$")] = "",
+        limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+    ) -> list[dict[str, Any]]:
+        """The run's kept trajectories (etude.common.trajectory_log), read where the run
+        writes them: one step's or all, one task's or all, worst or best reward first."""
+        record = await registry(request).get(run_id)
+        if not record.output_dir:
+            raise HTTPException(404, f"run {run_id!r} has not written anything yet")
+        return await asyncio.to_thread(
+            read_trajectories, Path(record.output_dir), step=step, task=task, order=order,
+            limit=limit,
+        )  # fmt: skip
 
     @app.get("/tasksets", responses=DENIED, dependencies=guarded)
     async def tasksets() -> list[TaskSet]:

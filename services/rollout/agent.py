@@ -14,6 +14,7 @@ not the episode); a dead service raises, and the rollout worker gives the entry 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from etude.tasks.provisioning import PreparedTask
 from etude.tasks.task import Task
 
 # Below this many tokens of budget a turn cannot hold even one tool call.
+log = logging.getLogger(__name__)
+
 _MIN_TURN_TOKENS = 16
 
 
@@ -128,7 +131,9 @@ class EpisodeRunner:
                 )
             except TimeoutError:
                 reason = "timeout"
+            diff = await self._diff(session.session_id)
             score = await self.reward.score(task.id, session_id=session.session_id)
+            builder.graded(diff, score)
         finally:
             await self.environment.close_session(session.session_id)
         config = self.config
@@ -137,6 +142,15 @@ class EpisodeRunner:
         )
         metrics.record_episode(trajectory)
         return trajectory
+
+    async def _diff(self, session_id: str) -> str:
+        """The workspace's diff for reading the trajectory later; an episode is not lost for
+        want of it (the reward service takes the diff it grades itself)."""
+        try:
+            return (await self.environment.diff(session_id)).unified_diff
+        except Exception as error:
+            log.warning("no diff of session %s for its trajectory: %s", session_id, error)
+            return ""
 
     async def _turns(
         self, session_id: str, builder: TrajectoryBuilder, sampler: TurnSampler

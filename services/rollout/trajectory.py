@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from etude.common.payloads import RolloutRequest, Trajectory
+from etude.common.payloads import MAX_DIFF_CHARS, RolloutRequest, Trajectory
+from etude.reward.types import Score
 from etude.rollout.behaviour import EpisodeBehaviour
 
 NOT_SAMPLED_VERSION = -1
@@ -44,6 +45,8 @@ class TrajectoryBuilder:
     turn_seconds: list[float] = field(default_factory=list)
     tool_counts: Counter = field(default_factory=Counter)
     behaviour: EpisodeBehaviour = field(default_factory=EpisodeBehaviour)
+    outcome: dict = field(default_factory=dict)
+    """What was graded and how, for reading the trajectory (`graded`)."""
 
     def add_context(self, token_ids: list[int]) -> None:
         """Tokens the policy did not choose: the prompt, tool results, turn markers."""
@@ -65,6 +68,15 @@ class TrajectoryBuilder:
         self.calls_per_turn.append(len(tool_names))
         self.tool_counts.update(tool_names)
         self.turn_seconds.append(seconds)
+
+    def graded(self, diff: str, score: Score) -> None:
+        """The diff the episode left and the hidden tests' verdict on it."""
+        cut = diff if len(diff) <= MAX_DIFF_CHARS else diff[:MAX_DIFF_CHARS] + "\n[diff cut]\n"
+        self.outcome = {
+            "diff": cut, "fail_to_pass": dict(score.fail_to_pass),
+            "pass_to_pass_broken": sorted(t for t, ok in score.pass_to_pass.items() if not ok),
+            "pass_to_pass_count": len(score.pass_to_pass), "grading_error": score.error,
+        }  # fmt: skip
 
     @property
     def sampled_tokens(self) -> int:
@@ -98,4 +110,5 @@ class TrajectoryBuilder:
             turn_seconds=self.turn_seconds, finish_reason=reason,
             valid_calls=b.valid_calls, malformed_calls=b.malformed_calls, edits=b.edits,
             blind_edits=b.blind_edits, reads_before_first_edit=b.reads_before_first_edit,
+            **self.outcome,
         )  # fmt: skip

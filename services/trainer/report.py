@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from etude.common.run_config import RunConfig
 from etude.rollout.evaluation import wilson_interval
 from etude.rollout.types import FINISH_PREFIX
 from etude.trainer import metrics
@@ -49,6 +52,27 @@ class Reporter:
             self._writer.close()
         curve = self.output_dir / "reward_curve.png"
         return plot_reward_curve(self.history(), curve, held_out_points(summary))
+
+
+VERSIONED_PACKAGES = ("etude", "torch", "transformers", "vllm", "triton", "grpcio", "redis")
+
+
+def write_run_snapshot(output_dir: Path, config: RunConfig) -> None:
+    """What the run ran with, beside its results: the config as loaded (`config.yaml`, every
+    default filled in) and the versions of Python and the packages that shape its numbers
+    (`versions.json`). A resumed run rewrites them."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    document = config.model_dump(mode="json")
+    (output_dir / "config.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    versions = {"python": platform.python_version(), "platform": platform.platform()}
+    for package in VERSIONED_PACKAGES:
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            continue
+    (output_dir / "versions.json").write_text(json.dumps(versions, indent=1) + "\n")
 
 
 def held_out_points(summary: dict[str, Any]) -> list[dict[str, Any]]:

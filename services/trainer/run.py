@@ -27,6 +27,7 @@ from etude.common.queue import queue_client
 from etude.common.run_config import RunConfig
 from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings
+from etude.common.trajectory_log import TrajectoryLog
 from etude.environment.client import GrpcEnvironment
 from etude.inference.client import GrpcInference
 from etude.model.checkpoint import from_pretrained, load_model, save_checkpoint
@@ -46,7 +47,7 @@ from etude.tasks.draw import split_by_project
 from etude.tasks.taskset import RunTasks, training_tiers
 from etude.trainer import checkpoint, metrics, sft_cache
 from etude.trainer.publish import WeightPublisher
-from etude.trainer.report import Reporter
+from etude.trainer.report import Reporter, write_run_snapshot
 from etude.trainer.rl_loop import RLLoop, StepDone
 from etude.trainer.sft import sft_train
 from etude.trainer.trainer import PolicyTrainer, StepStats
@@ -141,6 +142,10 @@ class TrainingRun:
             if "curriculum" in self.state.extra:
                 self.curriculum.restore(self.state.extra["curriculum"])
         self.reporter = Reporter(self.output_dir)
+        write_run_snapshot(self.output_dir, config)
+        self.trajectory_log = TrajectoryLog(
+            self.output_dir, self.tokenizer, config.trajectories.keep, config.rollout.seed
+        )
         # The trainer's Prometheus endpoint (ETUDE_GRPC__METRICS_PORT; 0 picks a free port).
         endpoint = start_metrics_endpoint(
             settings.grpc.host,
@@ -280,9 +285,12 @@ class TrainingRun:
         """RL steps until `trainer.steps` (or a stop request); returns the last step."""
         config, state = self.config.trainer, self.state
 
+        writing: list[asyncio.Task] = []  # the steps' trajectory files, off the event loop
+
         def trained(step: int, groups: list[list[Trajectory]], stats: StepStats) -> None:
             if on_batch is not None:
                 on_batch(step, groups, stats)
+            writing.append(asyncio.create_task(self._keep_trajectories(step, groups)))
             state.step = step
             self.orchestrator.hint_tier = self.curriculum.update(stats.pass_rate)
 
@@ -307,8 +315,16 @@ class TrainingRun:
             step=state.step, version=state.policy_version, steps=config.steps,
             stop_requested=stop_requested, on_trained=trained, on_step=record,
         )  # fmt: skip
+        await asyncio.gather(*writing)
         self.totals["rl_seconds"] += time.perf_counter() - started
         return step
+
+    async def _keep_trajectories(self, step: int, groups: list[list[Trajectory]]) -> None:
+        """A step's readable record; a failed write (a full disk) is logged, the run goes on."""
+        try:
+            await asyncio.to_thread(self.trajectory_log.write, step, groups)
+        except Exception:
+            log.exception("the trajectories of step %d were not written", step)
 
     async def checkpoint(self) -> Path:
         self.state.extra = {"orchestrator": self.orchestrator.snapshot(), "totals": self.totals,

@@ -19,10 +19,14 @@ from etude.cli.runs import app as runs_app
 from etude.cli.stack import LocalStack, ServiceSpec
 from etude.common.auth import bearer_header
 from etude.common.net import free_port
+from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings, StackSettings, get_settings
+from etude.common.trajectory_log import TrajectoryLog
+from etude.model.tokenizer import load_tokenizer
 from etude.tasks.materialize import TASKS_FILE
 from etude.tasks.task import read_jsonl, write_jsonl
 from etude.tasks.taskset import RunTasks
+from tests.common.test_trajectory_log import episode
 
 pytestmark = pytest.mark.integration
 
@@ -127,6 +131,43 @@ def test_etude_runs_finds_the_stacks_gateway(stack, tmp_path):
     assert missing.exit_code == 1 and "404 no run 'nope'" in missing.output
     invalid = runner.invoke(runs_app, ["start", str(config), "--set", "trainer.stepz=1", *where])
     assert invalid.exit_code == 2 and "trainer.stepz" in invalid.output
+
+
+async def _ran(redis_url: str, run_id: str, output_dir) -> None:
+    """What a run's driver records: where its files go."""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await RunRegistry(client).update(run_id, status="running", output_dir=str(output_dir))
+    finally:
+        await client.aclose()
+
+
+def test_etude_runs_trajectories_shows_what_the_agent_did(stack, tmp_path):
+    """The trajectories a run kept, through the gateway: the worst first, each turn's text
+    and tool calls, the environment's answers, the diff and the hidden tests' verdict."""
+    runner = CliRunner()
+    where = ["--run-dir", str(tmp_path)]
+    assert runner.invoke(runs_app, ["start", "--run-id", "seen-1", *where]).exit_code == 0
+    output = tmp_path / "out" / "seen-1"
+    tokenizer = load_tokenizer()
+    log = TrajectoryLog(output, tokenizer, keep=1.0)
+    log.write(1, [[episode(tokenizer, "stats-1", 1.0, 0), episode(tokenizer, "stats-1", 0.0, 1)]])
+    log.write(2, [[episode(tokenizer, "stats-2", 0.5, 0, "g2")]])
+    asyncio.run(_ran(stack.redis_url, "seen-1", output))
+
+    shown = runner.invoke(runs_app, ["trajectories", "seen-1", "--worst", "--limit", "1", *where])
+    assert shown.exit_code == 0, shown.output
+    assert "stats-1" in shown.stdout and "reward 0 " in shown.stdout
+    assert "FAIL_TO_PASS 0/1" in shown.stdout and "PASS_TO_PASS broken 0/4" in shown.stdout
+    assert "→ read_file(path='stats.py')" in shown.stdout  # the policy's call
+    assert "def mean(xs): ..." in shown.stdout  # what the environment answered
+    assert "+return total / n" in shown.stdout  # the diff
+    picked = runner.invoke(runs_app, ["trajectories", "seen-1", "--step", "2", "--json", *where])
+    assert [(r["task_id"], r["step"]) for r in json.loads(picked.stdout)] == [("stats-2", 2)]
+    for refused, message in ((["nope"], "404 no run 'nope'"),
+                             (["seen-1", "--worst", "--best"], "not both")):  # fmt: skip
+        result = runner.invoke(runs_app, ["trajectories", *refused, *where])
+        assert result.exit_code != 0 and message in result.output, result.output
 
 
 def test_etude_runs_says_when_no_gateway_answers(tmp_path):

@@ -42,6 +42,7 @@ from etude.common.auth import bearer_header
 from etude.common.run_config import parse_run_config
 from etude.common.runs import RunFailedError, RunRecord, RunRegistry
 from etude.common.settings import get_settings
+from etude.common.trajectory_log import read_trajectories
 from etude.gateway.app import create_app
 from etude.gateway.launcher import RecordOnlyLauncher
 from etude.rollout.client import TaskCycle
@@ -160,6 +161,17 @@ async def test_a_run_on_a_repository_of_its_own_trains_in_the_task_s_environment
     assert "sft_skipped" not in shown and shown["sft_steps"] == 1, shown
     trained = [json.loads(line) for line in (Path(record.output_dir) / "metrics.jsonl").open()]
     assert [r["step"] for r in trained if r["phase"] == "rl"] == [1, 2]
+    # What the run ran with, and what the agent did in each kept trajectory.
+    run_dir = Path(record.output_dir)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["tasks"]["taskset"] == str(path)
+    assert "torch" in json.loads((run_dir / "versions.json").read_text())
+    kept = read_trajectories(run_dir, limit=100)
+    assert sorted(r["step"] for r in kept) == [1, 1, 2, 2]  # one group of 2 per step, all kept
+    for trajectory in kept:
+        assert trajectory["task_id"] == task.id and trajectory["grading_error"] == ""
+        assert set(trajectory["fail_to_pass"]) == set(task.fail_to_pass)
+        roles = [m["role"] for m in trajectory["messages"]]
+        assert roles[0] == "prompt" and "policy" in roles
     # One environment of the task's dependencies, shared by the workers, the trainer and the
     # reward service of this machine, built from the registered wheelhouse.
     [environment] = (stack.run_dir / "tasks" / "envs").glob("acme__stats@*")
