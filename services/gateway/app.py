@@ -35,18 +35,21 @@ import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from redis import exceptions as redis_errors
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from etude.common.auth import OPERATOR_ONLY, Verifier
 from etude.common.run_config import RunConfig
+from etude.common.run_metrics import by_phase, read_metrics
 from etude.common.runs import RUN_ID_PATTERN, TERMINAL, RunNotFoundError, RunRecord, RunRegistry
 from etude.common.settings import get_settings
 from etude.common.trajectory_log import read_trajectories
 from etude.gateway.launcher import Launcher
 from etude.gateway.metrics import REQUEST_SECONDS, REQUESTS
 from etude.gateway.validation import StrictJSONRoute, confine_run_paths, gateway_run_dir
+from etude.gateway.web import add_pages
 from etude.tasks.materialize import BUNDLED_TASKSETS, HELD_OUT_PROJECTS
 from etude.tasks.provisioning import TaskProvisioning
 from etude.tasks.task import Task, read_jsonl
@@ -260,13 +263,14 @@ def create_app(
                 await reaper
             await client.aclose()
 
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs with Swagger UI's assets from the package, not a CDN
         title="Étude gateway",
         summary="Start, watch and stop training runs; list task sets.",
         version="1",
         lifespan=lifespan,
     )
     app.add_middleware(RequestMetrics)
+    add_pages(app)
     app.router.route_class = StrictJSONRoute  # every route below: non-finite numbers → 422
 
     def registry(request: Request) -> RunRegistry:
@@ -348,6 +352,20 @@ def create_app(
         if record.status in TERMINAL and not record.stop_requested:
             raise HTTPException(409, f"run {run_id!r} has already ended ({record.status})")
         return Run.of(record)
+
+    @app.get(
+        "/runs/{run_id}/metrics",
+        responses={**NOT_FOUND, **DENIED, **UNAVAILABLE},
+        dependencies=guarded,
+    )
+    async def run_metrics(request: Request, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        """Every step the run has reported so far (its metrics.jsonl): `sft`, `rl` (reward,
+        pass rate, behaviour, staleness, throughput per RL step) and `eval` (held-out
+        pass@1 before and after RL, with their intervals)."""
+        record = await registry(request).get(run_id)
+        if not record.output_dir:
+            return by_phase([])
+        return by_phase(await asyncio.to_thread(read_metrics, Path(record.output_dir)))
 
     @app.get(
         "/runs/{run_id}/trajectories",

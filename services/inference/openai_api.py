@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 
 from etude.common.auth import ACCESS, Verifier, bearer
@@ -78,7 +79,7 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
     guarded = [
         Depends(_generating_roles_only(verifier or Verifier.from_settings(get_settings().auth)))
     ]
-    app = FastAPI(title="Étude inference (OpenAI-compatible)")
+    app = FastAPIOffline(title="Étude inference (OpenAI-compatible)")  # /docs without a CDN
 
     @app.exception_handler(_Refused)
     async def refused(request: Request, exc: _Refused) -> JSONResponse:

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from etude.common.run_config import RunConfig
+from etude.common.run_metrics import METRICS_FILE, read_metrics
 from etude.rollout.evaluation import wilson_interval
 from etude.rollout.types import FINISH_PREFIX
 from etude.trainer import metrics
@@ -22,7 +23,7 @@ class Reporter:
     def __init__(self, output_dir: Path, tensorboard: bool = True) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
         self.output_dir = output_dir
-        self.metrics_path = output_dir / "metrics.jsonl"
+        self.metrics_path = output_dir / METRICS_FILE
         self._writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -41,10 +42,7 @@ class Reporter:
             _export(values)
 
     def history(self, phase: str = "rl") -> list[dict[str, Any]]:
-        if not self.metrics_path.exists():
-            return []
-        lines = self.metrics_path.read_text().splitlines()
-        return [r for r in map(json.loads, lines) if r["phase"] == phase]
+        return [r for r in read_metrics(self.output_dir) if r["phase"] == phase]
 
     def finish(self, summary: dict[str, Any]) -> Path:
         (self.output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -49,6 +49,7 @@ def gateway_schema(redis_url):
 def test_every_operation_is_covered():
     assert {path for _method, path in OPERATIONS} == {
         "/health", "/runs", "/runs/{run_id}", "/runs/{run_id}/stop", "/tasksets",
+        "/runs/{run_id}/metrics", "/runs/{run_id}/trajectories",
     }  # fmt: skip
 
 
