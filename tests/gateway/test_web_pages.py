@@ -135,19 +135,15 @@ def test_the_pages_show_runs_live_curves_and_a_trajectory_s_diff(gateway, browse
     assert console_errors(browser) == []
 
     browser.find_element("css selector", "#runs-table a").click()
-    points = "return document.querySelector('polyline[data-series=\"mean reward\"]')?.getAttribute('points')"
+    line = "document.querySelector('polyline[data-series=\"mean reward\"]')"
+    points = f"return {line}?.getAttribute('points')"
     assert len(wait_for(browser, points).split()) == 2
     assert wait_for(
         browser, "return document.querySelector('rect[data-series^=\"held-out\"]') !== null"
     )
     with (run_dir / METRICS_FILE).open("a") as out:  # the run reports a third step
         out.write(json.dumps(step_record(3)) + "\n")
-    wait_for(
-        browser,
-        points.replace(
-            "?.getAttribute('points')", "?.getAttribute('points').split(' ').length === 3"
-        ),
-    )
+    wait_for(browser, f"return {line}?.getAttribute('points').split(' ').length === 3")
     assert wait_for(browser, "return document.querySelectorAll('a.trajectory-link').length") == 2
     screenshot(browser, "run")
     assert console_errors(browser) == []
