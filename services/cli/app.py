@@ -152,3 +152,7 @@ def _print_status(status: StackStatus) -> None:
         f"credentials in {tokens_dir}: {', '.join(held) or 'none'}"
         + (f" (missing: {', '.join(missing)})" if missing else "")
     )
+    gateway = next((c for c in status.components if c.name == "gateway" and c.http_url), None)
+    if gateway is not None:  # the token stays in its file: the page asks for it once
+        Console().print(f"web view: {gateway.http_url}/ui (its key: the operator token in "
+                        f"{tokens_dir})")  # fmt: skip
