@@ -145,6 +145,8 @@ def _print_status(status: StackStatus) -> None:
         address = f"{c.address}\n{c.http_url}" if c.http_url else c.address
         table.add_row(c.name, address, c.metrics_url or "—", f"[{colour}]{c.health}[/]", pid)
     Console().print(table)
+    if status.starting:
+        Console().print("starting: the supervisor is still starting services")
     held = [f"{c.role} {c.fingerprint}" for c in status.credentials if c.fingerprint]
     missing = [c.role for c in status.credentials if not c.fingerprint]
     tokens_dir = Path(status.credentials[0].path).parent if status.credentials else None

@@ -81,6 +81,8 @@ class StackState:
     run_dir: str
     redis_url: str
     components: list[Component] = field(default_factory=list)
+    starting: bool = False
+    """Services are still being started: the stack is not ready, whatever is up so far."""
 
     def write(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -173,7 +175,7 @@ class LocalStack:
                 binary=find_redis_server(self.settings.stack.redis_server),
                 ready_timeout=self.settings.stack.ready_timeout_seconds,
             ).start()
-            self.state = StackState(os.getpid(), str(self.run_dir), self.redis.url)
+            self.state = StackState(os.getpid(), str(self.run_dir), self.redis.url, starting=True)
             self.state.components.append(
                 Component(
                     "redis",
@@ -189,6 +191,7 @@ class LocalStack:
                 # Services started later find this one through ETUDE_SERVICES__<NAME>.
                 self.addresses[f"ETUDE_SERVICES__{spec.name.upper()}"] = component.address
                 self.state.write(self.state_path)
+            self.state.starting = False
             self.state.write(self.state_path)
             return self.state
         except BaseException:

@@ -58,10 +58,13 @@ class StackStatus:
     redis_url: str
     components: list[ComponentStatus]
     credentials: list[CredentialStatus] = field(default_factory=list)
+    starting: bool = False
+    """The supervisor is still starting services: not ready, however healthy the first."""
 
     @property
     def healthy(self) -> bool:
-        return self.supervisor_alive and all(c.health == "SERVING" for c in self.components)
+        serving = all(c.health == "SERVING" for c in self.components)
+        return self.supervisor_alive and not self.starting and serving
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -71,6 +74,7 @@ class StackStatus:
             "redis_url": redacted(self.redis_url),
             "redis_password_set": "@" in self.redis_url,
             "healthy": self.healthy,
+            "starting": self.starting,
             "services": [c.as_dict() for c in self.components],
             "credentials": [c.as_dict() for c in self.credentials],
         }
@@ -110,4 +114,5 @@ def read_status(run_dir: Path, tokens_dir: Path | None = None) -> StackStatus | 
         state.redis_url,
         components,
         credentials(tokens_dir or run_dir / AUTH_DIR),
+        state.starting,
     )

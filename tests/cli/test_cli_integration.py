@@ -65,7 +65,9 @@ def running_stack(tmp_path):
 
 def test_up_becomes_ready_status_reports_it_and_sigterm_leaves_no_child(running_stack):
     run_dir, proc, log, status = running_stack
-    assert status["running"] and status["healthy"]
+    assert status["running"] and status["healthy"] and not status["starting"]
+    # Ready means every service: the last one started is there too.
+    assert [s["name"] for s in status["services"]][-1] == "gateway"
     assert status["supervisor_pid"] == proc.pid
     redis = next(s for s in status["services"] if s["name"] == "redis")
     assert redis["health"] == "SERVING" and redis["address"].startswith("127.0.0.1:")
@@ -73,6 +75,9 @@ def test_up_becomes_ready_status_reports_it_and_sigterm_leaves_no_child(running_
     table = etude("status", run_dir=run_dir)
     assert table.returncode == 0
     assert "redis" in table.stdout and "SERVING" in table.stdout
+    now = json.loads(etude("status", "--json", run_dir=run_dir).stdout)
+    [gateway] = [s for s in now["services"] if s["name"] == "gateway"]
+    assert f"web view: {gateway['http_url']}/ui" in table.stdout.replace("\n", ""), table.stdout
 
     children = [s["pid"] for s in status["services"]]
     proc.send_signal(signal.SIGTERM)
