@@ -15,14 +15,16 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from importlib.metadata import version as package_version
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi_offline import FastAPIOffline
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
-from etude.common.auth import ACCESS, Verifier, bearer
+from etude.common.auth import ACCESS, Verifier, bearer, metrics_authorizer
 from etude.common.settings import get_settings
 from etude.inference.serving import Serving
 from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
@@ -49,11 +51,36 @@ class CompletionRequest(BaseModel):
     user: str | None = None
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind}})
+def _error(
+    status: int, message: str, kind: str = "invalid_request_error", *, param: str | None = None,
+    code: str | None = None,
+) -> JSONResponse:  # fmt: skip
+    """OpenAI's error shape: what the official clients parse into their exceptions."""
+    error = {"message": message, "type": kind, "param": param, "code": code}
+    return JSONResponse(status_code=status, content={"error": error})
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    prompt: str = Field(max_length=1 << 22)
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    tokens: list[int] = Field(max_length=1 << 20)
 
 
 GENERATE_ROLES = ACCESS["etude.api.v1.InferenceService"]["Generate"]
+
+
+class _UnknownModel(LookupError):
+    pass
+
+
+def _max_model_len(backend) -> int | None:
+    return getattr(getattr(backend, "config", None), "max_model_len", None)
 
 
 class _Refused(Exception):
@@ -91,7 +118,50 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors()
         )
-        return _error(400, problems)
+        fields = [".".join(str(p) for p in e["loc"][1:]) for e in exc.errors()]
+        return _error(400, problems, param=fields[0] if fields else None)
+
+    @app.exception_handler(_UnknownModel)
+    async def unknown_model(request: Request, exc: _UnknownModel) -> JSONResponse:
+        return _error(404, str(exc), param="model", code="model_not_found")
+
+    def check_model(model: str | None) -> None:
+        """The one policy served answers to its own name only (or none given): a client
+        asking for another model must not silently get this one."""
+        if model is not None and model != backend.model_name:
+            raise _UnknownModel(
+                f"The model `{model}` does not exist; this server serves `{backend.model_name}`"
+            )
+
+    @app.get("/version")
+    async def version() -> dict:
+        return {"version": package_version("etude"), "backend": backend.name,
+                "model": backend.model_name, "policy_version": backend.policy_version}  # fmt: skip
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        """The same Prometheus metrics as the metrics port, for scrapers of the HTTP port
+        (vLLM serves them here); behind the operator token when metrics require one."""
+        allowed = metrics_authorizer(get_settings().auth)
+        if allowed is not None and not allowed(request.headers.get("authorization")):
+            return _error(401, "metrics need the operator token", "authentication_error")
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/tokenize", dependencies=guarded)
+    async def tokenize(body: TokenizeRequest) -> dict:
+        check_model(body.model)
+        tokens = backend.tokenizer.encode(body.prompt)
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": _max_model_len(backend)}
+
+    @app.post("/detokenize", dependencies=guarded)
+    async def detokenize(body: DetokenizeRequest) -> dict:
+        check_model(body.model)
+        if any(t < 0 for t in body.tokens):
+            return _error(400, "token ids must not be negative", param="tokens")
+        try:
+            return {"prompt": backend.tokenizer.decode(body.tokens)}
+        except (IndexError, ValueError, OverflowError) as error:
+            return _error(400, f"not token ids of this model: {error}", param="tokens")
 
     @app.get("/health")
     async def health() -> dict:
@@ -106,6 +176,7 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
 
     @app.post("/v1/completions", dependencies=guarded)
     async def completions(body: CompletionRequest):
+        check_model(body.model)
         prompt = (
             body.prompt if isinstance(body.prompt, list) else backend.tokenizer.encode(body.prompt)
         )

@@ -292,3 +292,34 @@ async def test_openai_bad_requests_get_400(http, body, message):
     assert reply.status_code == 400
     assert message in reply.json()["error"]["message"]
     assert (await http.get("/health")).json()["status"] == "ok"
+
+
+async def test_openai_errors_name_the_field_and_an_unknown_model_is_404(http, backend):
+    """OpenAI's error shape (what the official clients parse), the field named; a model this
+    server does not serve is refused, not answered by the policy it does serve."""
+    reply = await http.post("/v1/completions", json={"prompt": "x", "best_of": 2})
+    error = reply.json()["error"]
+    assert reply.status_code == 400 and error["type"] == "invalid_request_error"
+    assert error["param"] == "best_of" and "Extra inputs" in error["message"]
+    reply = await http.post("/v1/completions", json={"prompt": "x", "model": "gpt-4o"})
+    assert reply.status_code == 404
+    assert reply.json()["error"]["code"] == "model_not_found"
+    assert reply.json()["error"]["param"] == "model"
+    served = {"prompt": "x", "max_tokens": 1, "model": backend.model_name}
+    assert (await http.post("/v1/completions", json=served)).status_code == 200
+
+
+async def test_tokenize_detokenize_version_and_metrics_on_the_http_port(http, tokenizer, backend):
+    text = "def f(x):\n    return x"
+    tokens = (await http.post("/tokenize", json={"prompt": text})).json()
+    assert tokens["tokens"] == tokenizer.encode(text) and tokens["count"] == len(tokens["tokens"])
+    back = await http.post("/detokenize", json={"tokens": tokens["tokens"]})
+    assert back.json()["prompt"] == tokenizer.decode(tokens["tokens"])
+    bad = await http.post("/detokenize", json={"tokens": [-1]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
+    unknown = await http.post("/tokenize", json={"prompt": "x", "model": "other"})
+    assert unknown.status_code == 404
+    version = (await http.get("/version")).json()
+    assert version["model"] == backend.model_name and version["version"]
+    metrics = await http.get("/metrics")
+    assert metrics.status_code == 200 and "etude_inference" in metrics.text
