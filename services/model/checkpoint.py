@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from etude.model.chat_template import complete_tokenizer_files
 from etude.model.config import ModelConfig, preset
 from etude.model.model import Transformer
 from etude.model.state_dict_adapter import StateDictAdapter
@@ -33,18 +34,30 @@ def build_model(config: ModelConfig, seed: int = 0, dtype: str | None = None) ->
 
 
 def save_checkpoint(model: Transformer, directory: Path, tokenizer=None) -> Path:
+    """The model (and its tokenizer) as a directory transformers and vLLM load as it is: with
+    the tokenizer, `config.json` names its EOS and pad tokens, the tokenizer carries a chat
+    template (ChatML, as the rollout writes episodes, when it has none) and
+    `generation_config.json` stops at EOS and at a chat turn's end."""
     directory.mkdir(parents=True, exist_ok=True)
     config = model.config
+    if tokenizer is not None:
+        if config.eos_token_id is None:
+            config.eos_token_id = tokenizer.eos_token_id
+        if config.pad_token_id is None:
+            config.pad_token_id = tokenizer.pad_token_id
     tensors = StateDictAdapter(config).to_hf(model.state_dict())
     dtype = next(iter(tensors.values())).dtype
     config.torch_dtype = str(dtype).removeprefix("torch.")
     config.save(directory)
     contiguous = {name: t.detach().contiguous() for name, t in tensors.items()}
     save_file(contiguous, directory / WEIGHTS_FILE, metadata={"format": "pt"})
+    ends = [config.eos_token_id] if config.eos_token_id is not None else []
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
-    if config.eos_token_id is not None:
-        generation = {"eos_token_id": config.eos_token_id, "pad_token_id": config.pad_token_id}
+        ends = complete_tokenizer_files(directory, tokenizer) or ends
+    if ends:
+        generation = {"eos_token_id": ends if len(ends) > 1 else ends[0],
+                      "pad_token_id": config.pad_token_id}  # fmt: skip
         (directory / "generation_config.json").write_text(json.dumps(generation) + "\n")
     return directory
 
