@@ -14,8 +14,13 @@ from grpc import aio
 from etude.api.v1 import inference_pb2, inference_pb2_grpc
 from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
-from etude.inference.ownership import PolicyOwnedError
-from etude.inference.types import CompletionDelta, EngineLoad, GenerationRequest, InferenceError
+from etude.inference.types import (
+    CompletionDelta,
+    EngineLoad,
+    GenerationRequest,
+    InferenceError,
+    PolicyOwnedError,
+)
 from etude.inference.weight_stream import DEFAULT_CHUNK_BYTES, encoded_chunks
 from etude.inference.wire import delta_from_proto, load_from_proto, request_to_proto
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from etude.inference.types import PolicyOwnedError
+
 log = logging.getLogger(__name__)
 
 RunAlive = Callable[[str], Awaitable[bool]]
-
-
-class PolicyOwnedError(RuntimeError):
-    """Another live run owns the engine; the message names both runs."""
 
 
 async def never_alive(run_id: str) -> bool:

@@ -9,9 +9,8 @@ import grpc
 
 from etude.api.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from etude.common.grpc_server import Registration
-from etude.inference.ownership import PolicyOwnedError
 from etude.inference.serving import Serving
-from etude.inference.types import EngineFault, InferenceError
+from etude.inference.types import EngineFault, InferenceError, PolicyOwnedError
 from etude.inference.weight_stream import WeightStreamError, assemble, decode_chunk
 from etude.inference.wire import chunk_to_proto, load_to_proto, request_from_proto
 

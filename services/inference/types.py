@@ -181,3 +181,8 @@ def validate_request(
         problems.append(f"stop_token_ids must be in 0..{vocab_size - 1}")
     if problems:
         raise InferenceError("; ".join(problems))
+
+
+class PolicyOwnedError(RuntimeError):
+    """Another live run owns the engine (etude.inference.ownership); the message names both
+    runs."""

@@ -5,28 +5,14 @@ Wilson interval so two evaluations of a few dozen episodes can be told apart or 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 
+from etude.common.intervals import wilson_interval
 from etude.common.payloads import RolloutRequest
 from etude.rollout.agent import EpisodeRunner, Tokenizer
 from etude.rollout.samplers import Generator, PolicySampler
 from etude.rollout.types import Evaluation, behaviour_summary
 from etude.tasks.task import Task
-
-Z_95 = 1.959963984540054
-
-
-def wilson_interval(passed: int, episodes: int, z: float = Z_95) -> tuple[float, float]:
-    """The Wilson score interval of a binomial proportion (sound at 0 and at n, unlike the
-    normal approximation); (0, 1) when nothing was observed."""
-    if episodes == 0:
-        return 0.0, 1.0
-    p = passed / episodes
-    denominator = 1 + z * z / episodes
-    centre = (p + z * z / (2 * episodes)) / denominator
-    spread = z * math.sqrt(p * (1 - p) / episodes + z * z / (4 * episodes**2)) / denominator
-    return max(0.0, centre - spread), min(1.0, centre + spread)
 
 
 async def pass_at_1(

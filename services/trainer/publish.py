@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 
 from etude.inference.client import Policy, WeightUpdate
-from etude.inference.ownership import PolicyOwnedError
+from etude.inference.types import PolicyOwnedError
 
 
 class WeightEndpoint(Protocol):

@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
+from etude.common.intervals import wilson_interval
 from etude.common.run_config import RunConfig
 from etude.common.run_metrics import METRICS_FILE, read_metrics
-from etude.rollout.evaluation import wilson_interval
 from etude.rollout.types import FINISH_PREFIX
 from etude.trainer import metrics
 

@@ -18,8 +18,7 @@ from etude.common.settings import GrpcSettings, RedisSettings, RunsSettings
 from etude.inference.__main__ import build
 from etude.inference.client import GrpcInference
 from etude.inference.config import InferenceConfig, InferenceSettings
-from etude.inference.ownership import PolicyOwnedError
-from etude.inference.types import GenerationRequest, SamplingParams
+from etude.inference.types import GenerationRequest, PolicyOwnedError, SamplingParams
 from etude.model.checkpoint import from_pretrained
 from etude.trainer.publish import WeightPublisher
 from tests.inference.completions import run_request

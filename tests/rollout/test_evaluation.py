@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from etude.common.intervals import wilson_interval
 from etude.common.run_config import RolloutConfig, TasksConfig
 from etude.environment.local import InProcessEnvironment
 from etude.inference.engine import EngineConfig
@@ -16,7 +17,7 @@ from etude.model.tokenizer import load_tokenizer
 from etude.reward.config import RewardConfig
 from etude.reward.grader import Grader
 from etude.rollout.agent import EpisodeRunner
-from etude.rollout.evaluation import pass_at_1, wilson_interval
+from etude.rollout.evaluation import pass_at_1
 from etude.rollout.service import repositories_only
 from etude.tasks.materialize import materialize
 from etude.tasks.taskset import load_taskset
