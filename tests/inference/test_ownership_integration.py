@@ -10,6 +10,7 @@ import contextlib
 
 import pytest
 import redis.asyncio as aioredis
+import torch
 
 from etude.common.grpc_server import ServiceRuntime
 from etude.common.run_config import parse_run_config
@@ -34,7 +35,9 @@ async def engine(redis_url, tmp_path):
         redis=RedisSettings(url=redis_url),
         runs=RunsSettings(driver_timeout_seconds=30),
     )
+    threads = torch.get_num_threads()  # the service sets the process's torch threads
     async with contextlib.AsyncExitStack() as resources:
+        resources.callback(torch.set_num_threads, threads)  # for the tests after this one
         runtime = ServiceRuntime("inference", settings.grpc, await build(settings, resources))
         await runtime.start()
         resources.push_async_callback(runtime.shutdown)
