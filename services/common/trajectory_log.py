@@ -16,7 +16,6 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from etude.common.payloads import Trajectory
 from etude.common.toolcalls import parse_tool_calls
 
 TRAJECTORIES_DIR = "trajectories"
-_STEP_FILE = re.compile(r"^step-(\d+)\.jsonl\.gz$")
 
 
 def step_file(run_dir: Path, step: int) -> Path:
@@ -104,10 +102,10 @@ def read_trajectories(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Records from the run's files: one step's (or every step's), one task's (or all),
     `order` "worst" or "best" by reward (else as written), at most `limit`."""
-    directory = run_dir / TRAJECTORIES_DIR
-    files = sorted(p for p in directory.glob("step-*.jsonl.gz") if _STEP_FILE.match(p.name))
-    if step is not None:
-        files = [p for p in files if int(_STEP_FILE.match(p.name).group(1)) == step]
+    if step is None:  # every step's, in order (a file being written is `….partial`)
+        files = sorted((run_dir / TRAJECTORIES_DIR).glob("step-*.jsonl.gz"))
+    else:
+        files = [path for path in [step_file(run_dir, step)] if path.is_file()]
     records = []
     for path in files:
         with gzip.open(path, "rt", encoding="utf-8") as lines:
@@ -117,9 +115,3 @@ def read_trajectories(
     elif order:
         raise ValueError(f"order {order!r}: worst, best or nothing")
     return records[:limit]
-
-
-def trajectory_steps(run_dir: Path) -> list[int]:
-    """The steps whose trajectories were kept."""
-    names = (p.name for p in (run_dir / TRAJECTORIES_DIR).glob("step-*.jsonl.gz"))
-    return sorted(int(m.group(1)) for m in map(_STEP_FILE.match, names) if m)

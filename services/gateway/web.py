@@ -6,33 +6,37 @@ the bearer). The pages themselves hold no data, so they are served to anyone."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 WEB_DIR = Path(__file__).parent / "web"
 
 
+@cache
+def _page(script: str) -> str:
+    """The one HTML shell (page.html), running `<script>.js`, which fills it."""
+    return (WEB_DIR / "page.html").read_text().replace("{page}", script)
+
+
 def add_pages(app: FastAPI) -> None:
     app.mount("/ui/static", StaticFiles(directory=WEB_DIR), name="ui-static")
-
-    def page(name: str) -> FileResponse:
-        return FileResponse(WEB_DIR / name, media_type="text/html")
 
     @app.get("/", include_in_schema=False)
     async def home() -> RedirectResponse:
         return RedirectResponse("/ui")
 
     @app.get("/ui", include_in_schema=False)
-    async def runs_page() -> FileResponse:
-        return page("index.html")
+    async def runs_page() -> HTMLResponse:
+        return HTMLResponse(_page("runs"))
 
     @app.get("/ui/runs/{run_id}", include_in_schema=False)
-    async def run_page(run_id: str) -> FileResponse:
-        return page("run.html")
+    async def run_page(run_id: str) -> HTMLResponse:
+        return HTMLResponse(_page("run"))
 
     @app.get("/ui/runs/{run_id}/trajectory", include_in_schema=False)
-    async def trajectory_page(run_id: str) -> FileResponse:
-        return page("trajectory.html")
+    async def trajectory_page(run_id: str) -> HTMLResponse:
+        return HTMLResponse(_page("trajectory"))

@@ -79,10 +79,6 @@ class _UnknownModel(LookupError):
     pass
 
 
-def _max_model_len(backend) -> int | None:
-    return getattr(getattr(backend, "config", None), "max_model_len", None)
-
-
 class _Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         self.status, self.message = status, message
@@ -106,6 +102,7 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
     guarded = [
         Depends(_generating_roles_only(verifier or Verifier.from_settings(get_settings().auth)))
     ]
+    metrics_allowed = metrics_authorizer(get_settings().auth)  # its tokens read once
     app = FastAPIOffline(title="Étude inference (OpenAI-compatible)")  # /docs without a CDN
 
     @app.exception_handler(_Refused)
@@ -142,8 +139,9 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
     async def metrics(request: Request) -> Response:
         """The same Prometheus metrics as the metrics port, for scrapers of the HTTP port
         (vLLM serves them here); behind the operator token when metrics require one."""
-        allowed = metrics_authorizer(get_settings().auth)
-        if allowed is not None and not allowed(request.headers.get("authorization")):
+        if metrics_allowed is not None and not metrics_allowed(
+            request.headers.get("authorization")
+        ):
             return _error(401, "metrics need the operator token", "authentication_error")
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
@@ -151,7 +149,7 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
     async def tokenize(body: TokenizeRequest) -> dict:
         check_model(body.model)
         tokens = backend.tokenizer.encode(body.prompt)
-        return {"tokens": tokens, "count": len(tokens), "max_model_len": _max_model_len(backend)}
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": backend.max_model_len}
 
     @app.post("/detokenize", dependencies=guarded)
     async def detokenize(body: DetokenizeRequest) -> dict:

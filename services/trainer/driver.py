@@ -286,11 +286,12 @@ class Driver:
             running = asyncio.ensure_future(rl)
             while not running.done():
                 await asyncio.wait([running], timeout=1.0)
-                show(await registry.get(self.run_id))
-                await self._fail_if_workers_died(registry)
+                record = await registry.get(self.run_id)
+                show(record)
+                await self._fail_if_workers_died(registry, record)
             return running.result()
 
-    async def _fail_if_workers_died(self, registry: RunRegistry) -> None:
+    async def _fail_if_workers_died(self, registry: RunRegistry, record: RunRecord) -> None:
         """A local run whose rollout worker processes have all exited gets no more
         rollouts: it fails with their exit codes, and the RL loop, which asks the registry
         about once a second, ends. A stop asked for first is left to end it as `stopped`.
@@ -301,7 +302,7 @@ class Driver:
         exited = dict(self.stack.exited())
         if any(name not in exited for name in names):
             return
-        if (await registry.get(self.run_id)).stop_requested:
+        if record.stop_requested:
             return
         codes = ", ".join(f"{name} (exit code {exited[name]})" for name in names)
         where = "their logs are logs/<worker>.log in the stack's run dir"

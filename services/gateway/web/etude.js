@@ -69,3 +69,11 @@ function showError(where, error) {
 function whenIso(ms) {
   return ms ? new Date(ms).toISOString().replace("T", " ").slice(0, 19) : "—";
 }
+
+// Every page is the same shell (page.html): its script fills <main> with these sections,
+// each an <h2> (when titled) over a <div id=…>, and the header's title.
+function layout(title, sections) {
+  document.getElementById("title").textContent = title;
+  document.getElementById("page").replaceChildren(...sections.flatMap(([id, heading]) =>
+    [heading ? el("h2", {}, heading) : null, el("div", { id })].filter(Boolean)));
+}

@@ -61,7 +61,6 @@ function drawCharts(metrics) {
 }
 
 function drawSummary(run) {
-  document.getElementById("run-title").textContent = run.run_id;
   document.title = `Étude — ${run.run_id}`;
   const rows = [
     ["status", el("span", { class: `status-${run.status}`, id: "run-status" }, run.status)],
@@ -112,6 +111,10 @@ async function refresh() {
     return "error";
   }
 }
+
+layout(RUN_ID, [["summary"], ["charts", "Training"],
+  ["trajectories", "Trajectories, lowest reward first"]]);
+document.getElementById("charts").className = "charts";
 
 (async function live() {
   const status = await refresh();

@@ -29,5 +29,6 @@ async function showRuns() {
     rows));
 }
 
+layout("runs", [["runs"]]);
 showRuns();
 setInterval(showRuns, 5000);

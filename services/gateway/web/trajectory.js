@@ -52,9 +52,11 @@ function diff(text) {
   return el("pre", { class: "diff", id: "diff-text" }, lines);
 }
 
+layout(RUN, [["verdict"], ["turns", "Turns"], ["diff", "Diff"]]);
+
 (async function show() {
-  document.getElementById("run-link").href = `/ui/runs/${encodeURIComponent(RUN)}`;
-  document.getElementById("run-link").textContent = RUN;
+  const back = el("a", { href: `/ui/runs/${encodeURIComponent(RUN)}` }, RUN);
+  document.getElementById("title").replaceChildren(back);
   let records;
   try {
     records = await api(`/runs/${encodeURIComponent(RUN)}/trajectories?step=${encodeURIComponent(QUERY.get("step"))}&limit=1000`);
@@ -67,7 +69,7 @@ function diff(text) {
     document.getElementById("verdict").replaceChildren(el("p", { class: "error" }, "No such trajectory in this run."));
     return;
   }
-  document.getElementById("title").textContent = `step ${record.step} · ${record.task_id} · sample ${record.sample_index}`;
+  document.getElementById("title").append(` · step ${record.step} · ${record.task_id} · sample ${record.sample_index}`);
   document.getElementById("verdict").replaceChildren(...verdict(record));
   document.getElementById("turns").replaceChildren(...record.messages.map(turn));
   document.getElementById("diff").replaceChildren(diff(record.diff));
