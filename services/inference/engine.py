@@ -20,7 +20,7 @@ import torch
 
 from etude.inference.backend import Tokenizer
 from etude.inference.finite import all_finite
-from etude.inference.sampling import sample, sequence_generator
+from etude.inference.sampling import sample, sequence_generator, top_logprobs
 from etude.inference.types import (
     CompletionDelta,
     EngineStats,
@@ -249,7 +249,24 @@ class TorchEngine:
             self.cache.copy_prefix(first.slot, others, len(prompts[row]))
             rows.extend([row] * len(state.sequences))
             owners.extend((state, seq) for seq in state.sequences)
-        self._sample_and_emit(logits[torch.tensor(rows, device=self._device)], owners)
+        scored = {
+            state.request.request_id: self._prompt_logprobs(prompts[row], state.params)
+            for row, state in enumerate(admitted)
+            if state.params.prompt_logprobs is not None
+        }
+        self._sample_and_emit(logits[torch.tensor(rows, device=self._device)], owners, scored)
+
+    def _prompt_logprobs(self, prompt: list[int], params: SamplingParams):
+        """Each prompt token's logprob given the tokens before it, with the
+        `params.prompt_logprobs` likeliest alternatives: one forward over the prompt without
+        the cache, paid only by the (rare) requests that ask."""
+        tokens = torch.tensor([prompt], device=self._device)
+        logprobs_TV = self.model(tokens).logits[0, :-1].float().log_softmax(-1)
+        scored: list[dict[int, float] | None] = [None]
+        for position, token in enumerate(prompt[1:]):
+            row = logprobs_TV[position]
+            scored.append({**top_logprobs(row, params.prompt_logprobs), token: float(row[token])})
+        return scored
 
     def _decode(self) -> None:
         owners = [
@@ -266,17 +283,29 @@ class TorchEngine:
         logits = self.model(tokens, cache=CacheBatch(self.cache, slots, starts, 1)).logits
         self._sample_and_emit(logits[:, 0], owners)
 
-    def _sample_and_emit(self, logits, owners: list[tuple[_Request, _Sequence]]) -> None:
-        tokens, logprobs = sample(
-            logits, [state.params for state, _ in owners], [seq.generator for _, seq in owners]
-        )
-        for (state, seq), token, logprob in zip(owners, tokens, logprobs, strict=True):
+    def _sample_and_emit(
+        self, logits, owners: list[tuple[_Request, _Sequence]], prompt_logprobs=None
+    ) -> None:
+        histories = [
+            (seq.tokens[: len(prompt)], seq.tokens[len(prompt) :])
+            for state, seq in owners
+            for prompt in [state.request.prompt_token_ids]
+        ]
+        tokens, logprobs, alternatives = sample(
+            logits, [state.params for state, _ in owners], [seq.generator for _, seq in owners],
+            histories,
+        )  # fmt: skip
+        for (state, seq), token, logprob, top in zip(
+            owners, tokens, logprobs, alternatives, strict=True
+        ):
             seq.tokens.append(token)
             seq.num_generated += 1
             delta = CompletionDelta(
                 index=seq.index,
                 token_ids=[token],
                 logprobs=[logprob],
+                top_logprobs=[top] if state.params.top_logprobs else [],
+                prompt_logprobs=(prompt_logprobs or {}).get(state.request.request_id),
                 policy_versions=[self.version],
             )
             reason = self._update_text(state, seq, token)

@@ -145,6 +145,8 @@ class SimBackend:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
         if request.sampling.n != 1:
             raise InferenceError("the sim backend writes one completion per request")
+        if request.sampling.top_logprobs or request.sampling.prompt_logprobs is not None:
+            raise InferenceError("the sim backend computes no logprobs to rank")
         if not request.prompt_token_ids:
             raise InferenceError("prompt_token_ids is empty")
         self._start()

@@ -45,6 +45,28 @@ class SamplingParams:
     chat template's end-of-turn token."""
     ignore_eos: bool = False
     """Keep generating past the end-of-sequence token (benchmarks want fixed lengths)."""
+    top_logprobs: int = 0
+    """Also return the `top_logprobs` most likely tokens at each sampled position."""
+    prompt_logprobs: int | None = None
+    """Set: return each prompt token's logprob (plus this many alternatives), the first
+    token's as None (`echo` with `logprobs` in the OpenAI API)."""
+    presence_penalty: float = 0.0
+    """Subtracted once from the logit of every token the completion already holds."""
+    frequency_penalty: float = 0.0
+    """Subtracted from a token's logit per time the completion already holds it."""
+    repetition_penalty: float = 1.0
+    """Divides positive (multiplies negative) logits of tokens in the prompt or completion."""
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """(token id, bias) pairs added to the logits before sampling.
+
+    Penalties and biases, like temperature, shape only the distribution tokens are drawn
+    from: the logprobs returned stay the model's own, which is what the trainer recomputes."""
+
+    @property
+    def penalised(self) -> bool:
+        return bool(
+            self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,6 +87,12 @@ class CompletionDelta:
     before temperature, top-k or top-p are applied (what the trainer recomputes)."""
     policy_versions: list[int] = field(default_factory=list)
     """The policy version each token was sampled under."""
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)
+    """Per token, the `SamplingParams.top_logprobs` most likely tokens and their logprobs
+    (empty when none were asked for)."""
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    """On a completion's first delta when `SamplingParams.prompt_logprobs` is set: per prompt
+    token, its logprob and the alternatives' (None for the first token)."""
     text: str = ""
     finish_reason: FinishReason | None = None
     """Set on the completion's last delta only."""
@@ -83,6 +111,8 @@ def coalesce(deltas: Iterable[CompletionDelta]) -> list[CompletionDelta]:
             out.append(last)
         last.token_ids += delta.token_ids
         last.logprobs += delta.logprobs
+        last.top_logprobs += delta.top_logprobs
+        last.prompt_logprobs = last.prompt_logprobs or delta.prompt_logprobs
         last.policy_versions += delta.policy_versions
         last.text += delta.text
         last.finish_reason = delta.finish_reason
@@ -132,6 +162,9 @@ MAX_COMPLETIONS = 128
 MAX_TOKENS = (1 << 31) - 1
 """What the wire's int32 carries; the context length ends a completion well before."""
 MAX_STOP_STRINGS, MAX_STOP_CHARS, MAX_STOP_TOKEN_IDS = 32, 1024, 1024
+MAX_TOP_LOGPROBS = 20
+"""OpenAI's bound on alternatives per token."""
+MAX_LOGIT_BIAS, LOGIT_BIAS_RANGE, PENALTY_RANGE = 1024, (-100.0, 100.0), (-2.0, 2.0)
 SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -179,8 +212,33 @@ def validate_request(
         problems.append(f"stop_token_ids has more than {MAX_STOP_TOKEN_IDS} entries")
     elif not all(0 <= t < vocab_size for t in p.stop_token_ids):
         problems.append(f"stop_token_ids must be in 0..{vocab_size - 1}")
+    problems += _shaping_problems(p, vocab_size)
     if problems:
         raise InferenceError("; ".join(problems))
+
+
+def _shaping_problems(p: SamplingParams, vocab_size: int) -> list[str]:
+    """What is wrong with the logprob and distribution-shaping fields."""
+    problems = []
+    if not 0 <= p.top_logprobs <= MAX_TOP_LOGPROBS:
+        problems.append(f"top_logprobs must be in 0..{MAX_TOP_LOGPROBS}")
+    if p.prompt_logprobs is not None and not 0 <= p.prompt_logprobs <= MAX_TOP_LOGPROBS:
+        problems.append(f"prompt_logprobs must be in 0..{MAX_TOP_LOGPROBS}")
+    low, high = PENALTY_RANGE
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(p, name)
+        if not low <= value <= high:  # False for NaN as well
+            problems.append(f"{name} must be in [{low}, {high}], not {value!r}")
+    if not (math.isfinite(p.repetition_penalty) and p.repetition_penalty > 0):
+        problems.append(f"repetition_penalty must be > 0, not {p.repetition_penalty!r}")
+    low, high = LOGIT_BIAS_RANGE
+    if len(p.logit_bias) > MAX_LOGIT_BIAS:
+        problems.append(f"logit_bias has more than {MAX_LOGIT_BIAS} entries")
+    elif not all(0 <= t < vocab_size and low <= b <= high for t, b in p.logit_bias):
+        problems.append(
+            f"logit_bias maps token ids in 0..{vocab_size - 1} to biases in [{low}, {high}]"
+        )
+    return problems
 
 
 class PolicyOwnedError(RuntimeError):

@@ -363,7 +363,13 @@ class VllmBackend:
                 stop_token_ids=list(s.stop_token_ids),
                 seed=s.seed,
                 ignore_eos=s.ignore_eos,
-                logprobs=0,  # the sampled token's own logprob only
+                # The sampled token's own logprob, plus the alternatives asked for.
+                logprobs=s.top_logprobs,
+                prompt_logprobs=s.prompt_logprobs,
+                presence_penalty=s.presence_penalty,
+                frequency_penalty=s.frequency_penalty,
+                repetition_penalty=s.repetition_penalty,
+                logit_bias=dict(s.logit_bias) or None,
                 output_kind=RequestOutputKind.DELTA,
             )
         except ValueError as e:
@@ -408,6 +414,10 @@ class VllmBackend:
                         logprobs=[c.logprobs[i][t].logprob for i, t in enumerate(token_ids)]
                         if c.logprobs
                         else [],
+                        top_logprobs=_alternatives(c.logprobs, request.sampling.top_logprobs),
+                        prompt_logprobs=_prompt_logprobs(output.prompt_logprobs)
+                        if start == 0
+                        else None,
                         policy_versions=self._versions(labels.get(c.index), c, start),
                         text=c.text,
                         finish_reason=_FINISH_REASONS[finish] if finish else None,
@@ -513,3 +523,23 @@ def _prefill_args(max_model_len: int | None) -> dict:
 
 
 _CPU_PREFILL_TOKENS = 8192
+
+
+def _alternatives(logprobs: Any, k: int) -> list[dict[int, float]]:
+    """vLLM's per-token {id: Logprob} (the sampled token plus the top `k`, ranked) as the top
+    `k` alone."""
+    if not k or not logprobs:
+        return []
+    return [
+        {t: lp.logprob for t, lp in position.items() if lp.rank is not None and lp.rank <= k}
+        for position in logprobs
+    ]
+
+
+def _prompt_logprobs(logprobs: Any) -> list[dict[int, float] | None] | None:
+    if logprobs is None:
+        return None
+    return [
+        None if position is None else {t: lp.logprob for t, lp in position.items()}
+        for position in logprobs
+    ]

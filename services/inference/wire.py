@@ -69,8 +69,21 @@ def chunk_to_proto(delta: CompletionDelta) -> inference_pb2.GenerateChunk:
 _REASON_NAMES = {code: name for name, code in _FINISH_REASONS.items()}
 
 
+HTTP_ONLY_FIELDS = (
+    "top_logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "logit_bias",
+)  # fmt: skip
+"""Sampling fields the OpenAI-compatible HTTP API carries and the gRPC one does not."""
+
+
 def request_to_proto(request: GenerationRequest) -> inference_pb2.GenerateRequest:
     s = request.sampling
+    defaults = SamplingParams()
+    carried_not = [f for f in HTTP_ONLY_FIELDS if getattr(s, f) != getattr(defaults, f)]
+    if carried_not:  # sent anyway, they would be dropped without a word
+        raise InferenceError(
+            f"the gRPC API does not carry {', '.join(carried_not)}; use the HTTP API"
+        )
     return inference_pb2.GenerateRequest(
         request_id=request.request_id,
         prompt_token_ids=request.prompt_token_ids,

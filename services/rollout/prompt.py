@@ -16,6 +16,7 @@ depend on it.
 from __future__ import annotations
 
 from etude.common.run_config import RolloutConfig
+from etude.common.tool_prompt import describe_tool
 from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.types import ToolCatalog, ToolDescription
 
@@ -88,8 +89,7 @@ def _document(path_rules: str, tools) -> str:
 
 
 def _describe(tool: ToolDescription) -> str:
-    parameters = ", ".join([*tool.required, *(f"{name} (optional)" for name in tool.optional)])
-    return f"{tool.name}({parameters})\n{tool.description}"
+    return describe_tool(tool.name, tool.required, tool.optional, tool.description)
 
 
 def episode_start(instruction: str, system: str) -> str:

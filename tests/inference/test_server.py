@@ -8,21 +8,16 @@ import json
 import re
 
 import grpc
-import httpx
 import pytest
 import torch
-import uvicorn
 from prometheus_client import REGISTRY
 
 from etude.api.v1 import inference_pb2, inference_pb2_grpc
-from etude.common.auth import bearer_header
 from etude.common.grpc_client import open_channel
 from etude.common.grpc_server import ServiceRuntime
-from etude.common.net import free_port
-from etude.common.settings import ClientSettings, GrpcSettings, get_settings
+from etude.common.settings import ClientSettings, GrpcSettings
 from etude.inference.client import GrpcInference
 from etude.inference.metrics import watch_backend
-from etude.inference.openai_api import create_app
 from etude.inference.server import SERVICE_NAME, InferenceServicer, add_to_server, registration
 from etude.inference.serving import Serving
 from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
@@ -236,30 +231,6 @@ async def test_a_client_that_goes_away_frees_its_cache(service, backend):
     assert backend.stats().kv_cache_usage == 0 and backend.stats().running == 0
 
 
-@pytest.fixture
-async def http(backend):
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(Serving(backend)),
-            host="127.0.0.1",
-            port=free_port("127.0.0.1"),
-            log_level="warning",
-            lifespan="off",
-        )
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    headers = bearer_header(get_settings().auth, "rollout")
-    async with httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{port}", timeout=30, headers=headers
-    ) as client:
-        yield client
-    server.should_exit = True
-    await task
-
-
 async def test_openai_completions(http, tokenizer):
     body = {"prompt": "def f(x):\n", "max_tokens": 5, "temperature": 0, "logprobs": 0, "n": 2}
     reply = (await http.post("/v1/completions", json=body)).json()
@@ -282,7 +253,12 @@ async def test_openai_completions(http, tokenizer):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"prompt": "x", "echo": True}, "echo"),
+        ({"prompt": "x", "suffix": "y"}, "suffix"),
+        ({"prompt": "x", "logprobs": 21}, "top_logprobs"),
+        ({"prompt": "x", "presence_penalty": 3}, "presence_penalty"),
+        ({"prompt": "x", "logit_bias": {"word": 1}}, "logit_bias"),
+        ({"prompt": "x", "logit_bias": {"5": 500}}, "logit_bias"),
+        ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream"),
         ({"prompt": "", "max_tokens": 3}, "prompt is empty"),
         ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
     ],
@@ -300,7 +276,10 @@ async def test_openai_errors_name_the_field_and_an_unknown_model_is_404(http, ba
     reply = await http.post("/v1/completions", json={"prompt": "x", "best_of": 2})
     error = reply.json()["error"]
     assert reply.status_code == 400 and error["type"] == "invalid_request_error"
-    assert error["param"] == "best_of" and "Extra inputs" in error["message"]
+    assert error["param"] == "best_of" and "not supported" in error["message"]
+    reply = await http.post("/v1/completions", json={"prompt": "x", "guided_json": {}})
+    error = reply.json()["error"]
+    assert error["param"] == "guided_json" and "Extra inputs" in error["message"]
     reply = await http.post("/v1/completions", json={"prompt": "x", "model": "gpt-4o"})
     assert reply.status_code == 404
     assert reply.json()["error"]["code"] == "model_not_found"

@@ -1,0 +1,224 @@
+"""A chat conversation as the policy reads it, and the policy's turn as a chat message.
+
+The policy is trained on ChatML episodes written by the rollout (etude.rollout.prompt):
+tools documented in the system prompt (etude.common.tool_prompt), calls written as XML
+blocks and parsed by etude.common.toolcalls, results handed back in a user turn as
+`<tool_result>` blocks, one per call, in call order. A chat client's conversation is
+rendered the same way, so the policy serves in the format it learned:
+
+* `tools` (JSON schemas) are documented after the client's system prompt, with an example
+  call and the calling rules; `tool_choice: "none"` documents none and parses none;
+* an assistant message's `tool_calls` are written back as the blocks the policy wrote;
+* consecutive `tool` messages become one user turn of results, each block numbered as its
+  call within the assistant message that made it (`call_0`, `call_1`...), as in training.
+
+A turn that parses into calls with no error becomes `tool_calls` (arguments converted to
+the JSON types the tool's schema declares); a turn with any malformed call comes back whole
+as `content`, so the client loses nothing of what the policy wrote (vLLM's tool parsers do
+the same).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from etude.common.tool_prompt import describe_tool
+from etude.common.toolcalls import (
+    ToolCall,
+    ToolSpec,
+    parse_tool_calls,
+    render_tool_call,
+    render_tool_calls,
+    render_tool_result,
+    tools_by_name,
+)
+from etude.inference.openai_protocol import Message, OpenAIError, Tool
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+CALL_OPEN = "<tool_call>"
+
+RULES = """\
+- Write each call as a <tool_call> block, exactly as in the example.
+- Several calls in one turn form a batch; write independent calls together.
+- Results come back in the next message, one <tool_result> block per call, in call order.
+- A turn with no tool call is your answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantTurn:
+    content: str | None
+    tool_calls: list[dict]
+    """OpenAI `tool_calls`: id, type, function {name, arguments (a JSON string)}."""
+
+
+class ChatFormat:
+    """The rendering and parsing of one request: its tools, and whether calls are parsed."""
+
+    def __init__(self, tools: Sequence[Tool] | None, tool_choice: object = None) -> None:
+        self.tools = [] if tool_choice == "none" else list(tools or [])
+        names = [t.function.name for t in self.tools]
+        if len(set(names)) != len(names):
+            raise OpenAIError(400, "tool names must be unique", param="tools")
+        self._specs = tools_by_name(
+            ToolSpec(t.function.name, _required(t), _optional(t)) for t in self.tools
+        )
+        for tool in self.tools:  # a name the XML format cannot carry is refused up front
+            try:
+                render_tool_call(ToolCall(tool.function.name, {p: "" for p in _properties(tool)}))
+            except ValueError as error:
+                message = f"tool {tool.function.name!r}: {error}"
+                raise OpenAIError(400, message, param="tools") from error
+
+    # -- the conversation in -------------------------------------------------------------
+
+    def prompt(self, messages: Sequence[Message]) -> str:
+        """The conversation in ChatML, ending with the assistant's turn opened."""
+        turns: list[tuple[str, str]] = []
+        calls_by_id: dict[str, tuple[int, str]] = {}
+        results: list[tuple[int, str]] = []
+        for position, message in enumerate(messages):
+            if message.role != "tool" and results:
+                turns.append(("user", _results(results)))
+                results = []
+            text = _text(message, position)
+            if message.role in ("system", "developer"):
+                turns.append(("system", text))
+            elif message.role == "user":
+                turns.append(("user", text))
+            elif message.role == "assistant":
+                calls = message.tool_calls or []
+                for index, call in enumerate(calls):
+                    calls_by_id[call.id] = (index, call.function.name)
+                blocks = render_tool_calls(_as_call(call, position) for call in calls)
+                turns.append(("assistant", "\n".join(part for part in (text, blocks) if part)))
+            else:
+                made = calls_by_id.get(message.tool_call_id or "")
+                if made is None:
+                    raise OpenAIError(
+                        400, f"messages[{position}]: tool_call_id {message.tool_call_id!r} "
+                        "names no tool call of an earlier assistant message",
+                        param=f"messages.{position}.tool_call_id",
+                    )  # fmt: skip
+                index, name = made
+                results.append((index, render_tool_result(f"call_{index}", name, text)))
+        if results:
+            turns.append(("user", _results(results)))
+        if self.tools:
+            turns = self._with_tools(turns)
+        rendered = "".join(f"{IM_START}{role}\n{text}{IM_END}\n" for role, text in turns)
+        return f"{rendered}{IM_START}assistant\n"
+
+    def _with_tools(self, turns: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        documented = "\n\n".join(
+            describe_tool(t.function.name, _required(t), _optional(t), _description(t))
+            for t in self.tools
+        )
+        section = (
+            f"# Tools\n\n{documented}\n\n# Calling tools\n\n{self._example()}\n\n# Rules\n\n{RULES}"
+        )
+        if turns and turns[0][0] == "system":
+            return [("system", f"{turns[0][1]}\n\n{section}"), *turns[1:]]
+        return [("system", section), *turns]
+
+    def _example(self) -> str:
+        calls = [
+            ToolCall(tool.function.name, {p: "..." for p in _required(tool)}, id=f"call_{i}")
+            for i, tool in enumerate(self.tools[:2])
+        ]
+        return render_tool_calls(calls)
+
+    # -- the policy's turn out -----------------------------------------------------------
+
+    def turn(self, text: str) -> AssistantTurn:
+        text = text.removesuffix(IM_END)
+        if not self.tools:
+            return AssistantTurn(text, [])
+        parsed = parse_tool_calls(text, tools=self._specs)
+        if parsed.errors or not parsed.calls:
+            return AssistantTurn(text, [])
+        return AssistantTurn(parsed.text or None, [self._openai_call(c) for c in parsed.calls])
+
+    def _openai_call(self, call: ToolCall) -> dict:
+        tool = next(t for t in self.tools if t.function.name == call.name)
+        types = {name: schema.get("type") for name, schema in _properties(tool).items()}
+        arguments = {key: _typed(value, types.get(key)) for key, value in call.arguments.items()}
+        return {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(arguments)},
+        }
+
+
+def _properties(tool: Tool) -> dict[str, dict]:
+    properties = tool.function.parameters.get("properties") or {}
+    return {name: schema if isinstance(schema, dict) else {} for name, schema in properties.items()}
+
+
+def _required(tool: Tool) -> list[str]:
+    required = tool.function.parameters.get("required") or []
+    return [name for name in _properties(tool) if name in required]
+
+
+def _optional(tool: Tool) -> list[str]:
+    required = set(_required(tool))
+    return [name for name in _properties(tool) if name not in required]
+
+
+def _description(tool: Tool) -> str:
+    """The tool's description, then a line for each parameter that has one of its own."""
+    lines = [tool.function.description.strip()]
+    for name, schema in _properties(tool).items():
+        if schema.get("description"):
+            lines.append(f"{name}: {schema['description']}")
+    return "\n".join(line for line in lines if line)
+
+
+def _typed(value: str, kind: object) -> object:
+    """A parameter's raw text as the JSON type its schema declares; the text itself when it
+    does not read as one (the client's tool then reports the bad value)."""
+    if kind in (None, "string"):
+        return value
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    expected = {"integer": int, "number": (int, float), "boolean": bool, "array": list,
+                "object": dict, "null": type(None)}.get(kind)  # fmt: skip
+    return parsed if expected is None or isinstance(parsed, expected) else value
+
+
+def _as_call(call, position: int) -> ToolCall:
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise OpenAIError(
+            400, f"messages[{position}]: tool call {call.id!r} has arguments that are not "
+            "a JSON object", param=f"messages.{position}.tool_calls",
+        )  # fmt: skip
+    values = {k: v if isinstance(v, str) else json.dumps(v) for k, v in arguments.items()}
+    try:
+        call = ToolCall(call.function.name, values, id=call.id)
+        render_tool_call(call)
+    except ValueError as error:
+        raise OpenAIError(400, f"messages[{position}]: {error}",
+                          param=f"messages.{position}.tool_calls") from error  # fmt: skip
+    return call
+
+
+def _text(message: Message, position: int) -> str:
+    content = message.content
+    if content is None or isinstance(content, str):
+        return content or ""
+    if any(part.type != "text" for part in content):
+        raise OpenAIError(400, f"messages[{position}]: only text content is supported",
+                          param=f"messages.{position}.content")  # fmt: skip
+    return "".join(part.text or "" for part in content)
+
+
+def _results(results: list[tuple[int, str]]) -> str:
+    return "\n".join(block for _, block in sorted(results, key=lambda r: r[0]))

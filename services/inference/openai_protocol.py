@@ -1,0 +1,170 @@
+"""The request bodies of the OpenAI-compatible HTTP API, and its error.
+
+Unknown fields are refused (400 naming the field) rather than ignored: a client asking for
+something this server does not do must not get something else silently. Fields OpenAI
+defines that this server cannot honour are declared and refused by `unsupported` with a
+message saying why. NaN and infinity (JSON's `NaN`, `1e999`) are refused here; the ranges
+are checked once, for both APIs, by the backend's validation (etude.inference.types).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_PROMPTS = 64
+"""Prompts in one /v1/completions request (each is a request to the engine)."""
+MAX_MESSAGES = 4096
+MAX_TOOLS = 128
+
+
+class OpenAIError(Exception):
+    """Answered in OpenAI's error shape, which the official clients parse into exceptions."""
+
+    def __init__(
+        self, status: int, message: str, kind: str = "invalid_request_error", *,
+        param: str | None = None, code: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+        self.param, self.code = param, code
+
+    def body(self) -> dict:
+        error = {"message": self.message, "type": self.kind, "param": self.param}
+        return {"error": {**error, "code": self.code}}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+    """A last chunk with the request's token counts (and no choices)."""
+
+
+class SamplingFields(_Strict):
+    """What both generation endpoints share."""
+
+    model: str | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """Not in OpenAI's API; vLLM's extension, same meaning."""
+    n: int = 1
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    """vLLM's extension."""
+    logit_bias: dict[str, float] | None = None
+    """Token id (as a string, as OpenAI sends it) → bias added to its logit."""
+    user: str | None = None
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int = 16
+    logprobs: int | None = None
+    """The sampled tokens' logprobs, with this many alternatives each (0..20)."""
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+
+class FunctionDefinition(_Strict):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    """A JSON schema of an object: its `properties`, `required` and their `type`s."""
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionCall(_Strict):
+    name: str
+    arguments: str
+    """A JSON object, as a string (OpenAI's encoding)."""
+
+
+class ToolCall(_Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class Message(BaseModel):
+    # Clients send extra keys on messages (`name`, `refusal`, `annotations`...) that carry
+    # nothing the policy reads; they are kept off the prompt, not refused.
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: dict[str, str]
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
+    tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    response_format: dict[str, Any] | None = None
+
+
+def unsupported(body: CompletionRequest | ChatCompletionRequest) -> OpenAIError | None:
+    """A field OpenAI defines that this server would not honour as asked."""
+    why: dict[str, str] = {}
+    if isinstance(body, CompletionRequest):
+        if body.best_of not in (None, body.n):
+            why["best_of"] = "best_of is not supported (ask for n completions and rank them)"
+        if body.suffix:
+            why["suffix"] = "suffix (insertion) is not supported by this policy"
+    else:
+        choice = body.tool_choice
+        if choice == "required" or isinstance(choice, NamedToolChoice):
+            why["tool_choice"] = (
+                "tool_choice may be 'auto' or 'none': decoding is not constrained, the policy "
+                "decides whether to call a tool"
+            )
+        if body.response_format and body.response_format.get("type") != "text":
+            why["response_format"] = "only response_format {'type': 'text'} is supported"
+        if body.top_logprobs is not None and not body.logprobs:
+            why["top_logprobs"] = "top_logprobs needs logprobs: true"
+    if body.stream_options is not None and not body.stream:
+        why["stream_options"] = "stream_options is only allowed when stream is true"
+    for param, message in why.items():
+        return OpenAIError(400, message, param=param)
+    return None
+
+
+class TokenizeRequest(_Strict):
+    model: str | None = None
+    prompt: str = Field(max_length=1 << 22)
+
+
+class DetokenizeRequest(_Strict):
+    model: str | None = None
+    tokens: list[int] = Field(max_length=1 << 20)
