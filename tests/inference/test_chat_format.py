@@ -38,12 +38,30 @@ def test_a_conversation_with_tool_calls_renders_as_a_rollout_episode():
     messages = [
         Message(role="system", content="You fix bugs."),
         Message(role="user", content="Fix the parser."),
-        Message.model_validate({"role": "assistant", "content": "Looking.", "tool_calls": [
-            {"id": "a1", "type": "function",
-             "function": {"name": "read_file", "arguments": json.dumps({"path": "pkg/a.py"})}},
-            {"id": "b2", "type": "function",
-             "function": {"name": "grep", "arguments": json.dumps({"pattern": "def parse"})}},
-        ]}),  # fmt: skip
+        Message.model_validate(
+            {
+                "role": "assistant",
+                "content": "Looking.",
+                "tool_calls": [
+                    {
+                        "id": "a1",
+                        "type": "function",
+                        "function": {
+                            "name": "read_file",
+                            "arguments": json.dumps({"path": "pkg/a.py"}),
+                        },
+                    },
+                    {
+                        "id": "b2",
+                        "type": "function",
+                        "function": {
+                            "name": "grep",
+                            "arguments": json.dumps({"pattern": "def parse"}),
+                        },
+                    },
+                ],
+            }
+        ),
         # Results in another order than the calls: the policy reads them in call order.
         Message(role="tool", tool_call_id="b2", content="pkg/a.py:3:def parse"),
         Message(role="tool", tool_call_id="a1", content="x = 1"),

@@ -124,7 +124,8 @@ async def test_chat_renders_the_policy_s_format_and_streams_the_same_answer(http
     rendered += f"{IM_START}assistant\n"
     assert reply["usage"]["prompt_tokens"] == len(tokenizer.encode(rendered))
     choice = reply["choices"][0]
-    assert choice["message"]["role"] == "assistant" and choice["finish_reason"] in {"stop", "length"}
+    assert choice["message"]["role"] == "assistant"
+    assert choice["finish_reason"] in {"stop", "length"}
     assert IM_END not in choice["message"]["content"]
     assert len(choice["logprobs"]["content"]) == reply["usage"]["completion_tokens"]
     assert all(len(e["top_logprobs"]) == 2 for e in choice["logprobs"]["content"])
@@ -140,10 +141,14 @@ async def test_chat_renders_the_policy_s_format_and_streams_the_same_answer(http
     [
         ({"tool_choice": "required"}, "tool_choice"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]},
-         "messages.0.tool_call_id"),  # fmt: skip
-        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-         "messages.0.content"),  # fmt: skip
+        (
+            {"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]},
+            "messages.0.tool_call_id",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages.0.content",
+        ),
         ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools"),
         ({"top_logprobs": 2}, "top_logprobs"),
     ],
