@@ -293,6 +293,48 @@ class TrajectoriesConfig(_Part):
     `<run dir>/trajectories/` (etude.trainer.trajectory_log); 0: none."""
 
 
+TrackerName = Literal["tensorboard", "mlflow", "wandb"]
+
+# What a W&B project name may not hold; MLflow takes any experiment name.
+_NOT_IN_A_WANDB_PROJECT = frozenset("/\\#?%:")
+
+
+class TrackingConfig(_Part):
+    """Experiment trackers that get each step's metrics besides metrics.jsonl, the run
+    registry and Prometheus (etude.trainer.trackers). A tracker whose package is not
+    installed fails the run as it starts, naming the extra to install."""
+
+    trackers: tuple[TrackerName, ...] = Field(default=("tensorboard",), max_length=3)
+    """Any of `tensorboard` (`<run dir>/tensorboard`), `mlflow` (a local file store,
+    `<run dir>/mlruns`; `pip install 'etude[mlflow]'`) and `wandb` (Weights & Biases in
+    offline mode, `<run dir>/wandb/offline-run-*`; `pip install 'etude[wandb]'`); none:
+    metrics.jsonl alone."""
+    mlflow_tracking_uri: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Where MLflow's run goes instead of `file:<run dir>/mlruns`: a shared file store
+    (`file:/shared/mlruns`), a database or a tracking server (`http://…`). Credentials go in
+    MLflow's environment (`MLFLOW_TRACKING_TOKEN`, …), not here: the config is written to
+    config.yaml and logged with the run."""
+    experiment: str = Field(default="etude", min_length=1, max_length=128)
+    """MLflow's experiment and W&B's project; the run within it is named by the run id."""
+
+    @field_validator("trackers")
+    @classmethod
+    def _each_once(cls, trackers: tuple[str, ...]) -> tuple[str, ...]:
+        twice = sorted({name for name in trackers if trackers.count(name) > 1})
+        if twice:
+            raise ValueError(f"{twice[0]!r} is listed twice")
+        return trackers
+
+    @model_validator(mode="after")
+    def _a_wandb_project_name(self) -> TrackingConfig:
+        if "wandb" in self.trackers and _NOT_IN_A_WANDB_PROJECT & set(self.experiment):
+            raise ValueError(
+                f"experiment {self.experiment!r} is W&B's project name, which cannot hold "
+                + " ".join(sorted(_NOT_IN_A_WANDB_PROJECT))
+            )
+        return self
+
+
 class RunConfig(_Part):
     name: str = Field(default="run", pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
     """Short label; the run id is `<name>-<random>`."""
@@ -302,8 +344,9 @@ class RunConfig(_Part):
     rollout: RolloutConfig = RolloutConfig()
     trainer: TrainerConfig = TrainerConfig()
     trajectories: TrajectoriesConfig = TrajectoriesConfig()
+    tracking: TrackingConfig = TrackingConfig()
     output_dir: Path = Path(".etude/runs")
-    """Checkpoints, metrics (JSONL, TensorBoard), the summary and the reward curve go in
+    """Checkpoints, metrics (JSONL and the trackers'), the summary and the reward curve go in
     `<output_dir>/<run id>/`."""
 
 

@@ -1,12 +1,14 @@
-"""Where a run's numbers go: one JSON line per step (metrics.jsonl), TensorBoard scalars,
-the run registry (what `etude runs show` and the gateway report), Prometheus gauges, and at
-the end a summary (summary.json) and the reward curve (reward_curve.png)."""
+"""Where a run's numbers go: one JSON line per step (metrics.jsonl), the experiment trackers
+(etude.trainer.trackers: TensorBoard scalars, MLflow, W&B), the run registry (what
+`etude runs show` and the gateway report), Prometheus gauges, and at the end a summary
+(summary.json) and the reward curve (reward_curve.png)."""
 
 from __future__ import annotations
 
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,37 +19,47 @@ from etude.common.run_config import RunConfig
 from etude.common.run_metrics import METRICS_FILE, read_metrics
 from etude.rollout.types import FINISH_PREFIX
 from etude.trainer import metrics
+from etude.trainer.trackers import TensorBoardTracker, Tracker
 
 
 class Reporter:
-    def __init__(self, output_dir: Path, tensorboard: bool = True) -> None:
+    def __init__(
+        self, output_dir: Path, tensorboard: bool = True, trackers: Sequence[Tracker] | None = None
+    ) -> None:
+        """`trackers` get every step's metrics and the summary (`open_trackers` starts those
+        of a run config); None: TensorBoard alone, or none with `tensorboard=False`."""
         output_dir.mkdir(parents=True, exist_ok=True)
         self.output_dir = output_dir
         self.metrics_path = output_dir / METRICS_FILE
-        self._writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(log_dir=str(output_dir / "tensorboard"))
+        if trackers is None:
+            trackers = [TensorBoardTracker(output_dir)] if tensorboard else []
+        self.trackers = list(trackers)
 
     def log(self, step: int, values: dict[str, float], phase: str = "rl") -> None:
         record = {"phase": phase, "step": step, "time": time.time(), **values}
         with self.metrics_path.open("a") as out:
             out.write(json.dumps(record) + "\n")
-        if self._writer is not None:
-            for key, value in values.items():
-                self._writer.add_scalar(f"{phase}/{key}", value, step)
-            self._writer.flush()
+        for tracker in self.trackers:
+            tracker.log(step, values, phase)
         if phase == "rl":
             _export(values)
+
+    def abandon(self) -> None:
+        """The run ends without a summary (failed, stopped): the trackers record it so,
+        rather than leaving it running forever. Nothing after `finish`."""
+        self._close_trackers({}, failed=True)
+
+    def _close_trackers(self, summary: dict[str, Any], failed: bool) -> None:
+        trackers, self.trackers = self.trackers, []
+        for tracker in trackers:
+            tracker.close(summary, failed=failed)
 
     def history(self, phase: str = "rl") -> list[dict[str, Any]]:
         return [r for r in read_metrics(self.output_dir) if r["phase"] == phase]
 
     def finish(self, summary: dict[str, Any]) -> Path:
         (self.output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if self._writer is not None:
-            self._writer.close()
+        self._close_trackers(summary, failed=False)
         curve = self.output_dir / "reward_curve.png"
         return plot_reward_curve(self.history(), curve, held_out_points(summary))
 

@@ -50,6 +50,7 @@ from etude.trainer.publish import WeightPublisher
 from etude.trainer.report import Reporter, write_run_snapshot
 from etude.trainer.rl_loop import RLLoop, StepDone
 from etude.trainer.sft import sft_train
+from etude.trainer.trackers import open_trackers
 from etude.trainer.trainer import PolicyTrainer, StepStats
 from etude.trainer.types import Endpoints
 
@@ -87,6 +88,11 @@ class TrainingRun:
 
     async def setup(self, resume: bool = False) -> None:
         config, settings = self.config, self.settings
+        # First: a tracker the config asks for but cannot start (its package not installed)
+        # fails the run before anything slow.
+        trackers = open_trackers(config, self.output_dir, self.run_id)
+        self.reporter = Reporter(self.output_dir, trackers=trackers)
+        self.resources.callback(self.reporter.abandon)  # a no-op once the run has finished
         self.policy_source = resolve_init(config.policy.init, settings.stack.models_dir)
         self.tokenizer = policy_tokenizer(config.policy.init, settings.stack.models_dir)
         enter = self.resources.push_async_callback
@@ -141,7 +147,6 @@ class TrainingRun:
             self.orchestrator.restore(self.state.extra["orchestrator"])
             if "curriculum" in self.state.extra:
                 self.curriculum.restore(self.state.extra["curriculum"])
-        self.reporter = Reporter(self.output_dir)
         write_run_snapshot(self.output_dir, config)
         self.trajectory_log = TrajectoryLog(
             self.output_dir, self.tokenizer, config.trajectories.keep, config.rollout.seed
