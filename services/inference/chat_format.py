@@ -12,10 +12,12 @@ rendered the same way, so the policy serves in the format it learned:
 * consecutive `tool` messages become one user turn of results, each block numbered as its
   call within the assistant message that made it (`call_0`, `call_1`...), as in training.
 
-A turn that parses into calls with no error becomes `tool_calls` (arguments converted to
-the JSON types the tool's schema declares); a turn with any malformed call comes back whole
-as `content`, so the client loses nothing of what the policy wrote (vLLM's tool parsers do
-the same).
+Each `<tool_call>` block of the policy's turn that reads as a call of a declared tool
+becomes one of the message's `tool_calls` (arguments converted to the JSON types the tool's
+schema declares); a block that does not (malformed, an undeclared tool, a required
+parameter missing) stays in `content` as written, so the client loses nothing of what the
+policy wrote. The same split serves a whole turn and a streamed one (`TurnStream`), here
+and in vLLM's own chat server (etude.inference.vllm_tool_parser).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from etude.common.toolcalls import (
 from etude.inference.openai_protocol import Message, OpenAIError, Tool
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
-CALL_OPEN = "<tool_call>"
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 RULES = """\
 - Write each call as a <tool_call> block, exactly as in the example.
@@ -133,23 +135,78 @@ class ChatFormat:
     # -- the policy's turn out -----------------------------------------------------------
 
     def turn(self, text: str) -> AssistantTurn:
-        text = text.removesuffix(IM_END)
-        if not self.tools:
-            return AssistantTurn(text, [])
-        parsed = parse_tool_calls(text, tools=self._specs)
-        if parsed.errors or not parsed.calls:
-            return AssistantTurn(text, [])
-        return AssistantTurn(parsed.text or None, [self._openai_call(c) for c in parsed.calls])
+        """A whole turn as a chat message: what `TurnStream` would have streamed."""
+        stream = TurnStream(self)
+        parts = stream.feed(text, final=True)
+        content = "".join(p for p in parts if isinstance(p, str)).strip()
+        return AssistantTurn(content or None, [p for p in parts if isinstance(p, dict)])
 
-    def _openai_call(self, call: ToolCall) -> dict:
+    def read_block(self, block: str) -> dict | None:
+        """One `<tool_call>` block as an OpenAI tool call; None when it is malformed, names
+        a tool the request did not declare, or misses a required parameter."""
+        parsed = parse_tool_calls(block, tools=self._specs)
+        if parsed.errors or len(parsed.calls) != 1:
+            return None
+        [call] = parsed.calls
         tool = next(t for t in self.tools if t.function.name == call.name)
         types = {name: schema.get("type") for name, schema in _properties(tool).items()}
         arguments = {key: _typed(value, types.get(key)) for key, value in call.arguments.items()}
         return {
             "id": f"call_{uuid.uuid4().hex[:24]}",
             "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(arguments)},
+            "function": {"name": call.name, "arguments": json.dumps(arguments, ensure_ascii=False)},
         }
+
+
+class TurnStream:
+    """A turn as it is generated, split into content (str) and tool calls (dict, each whole)
+    as soon as each is certain: prose streams up to a `<tool_call>`; a block is read once
+    its `</tool_call>` arrives, and a block that does not read as a call goes out as the
+    content it was. Text that could still become a `<tool_call>` or the end-of-turn marker
+    is held back, so a client never sees a fragment of either. With no tools, all is
+    content."""
+
+    def __init__(self, chat: ChatFormat) -> None:
+        self.chat = chat
+        self.text = ""
+        self.sent = 0
+
+    def feed(self, delta: str, final: bool = False) -> list[str | dict]:
+        self.text += delta
+        text = self.text.removesuffix(IM_END) if final else self.text
+        parts: list[str | dict] = []
+        while True:
+            opened = text.find(CALL_OPEN, self.sent) if self.chat.tools else -1
+            if opened < 0:
+                markers = (CALL_OPEN, IM_END) if self.chat.tools else (IM_END,)
+                end = len(text) if final else len(text) - _partial_marker(text, markers)
+                parts.append(text[self.sent : end])
+                self.sent = max(self.sent, end)
+                break
+            parts.append(text[self.sent : opened])
+            self.sent = opened
+            closed = text.find(CALL_CLOSE, opened)
+            if closed < 0:
+                if final:  # a block the turn never closed: content, as written
+                    parts.append(text[opened:])
+                    self.sent = len(text)
+                break
+            end = closed + len(CALL_CLOSE)
+            call = self.chat.read_block(text[opened:end])
+            parts.append(call if call is not None else text[opened:end])
+            self.sent = end
+        return [part for part in parts if part]
+
+
+def _partial_marker(text: str, markers: tuple[str, ...]) -> int:
+    """Length of the longest tail of `text` that begins one of `markers`."""
+    longest = 0
+    for marker in markers:
+        for size in range(min(len(marker) - 1, len(text)), longest, -1):
+            if marker.startswith(text[-size:]):
+                longest = size
+                break
+    return longest
 
 
 def _properties(tool: Tool) -> dict[str, dict]:
@@ -200,7 +257,10 @@ def _as_call(call, position: int) -> ToolCall:
             400, f"messages[{position}]: tool call {call.id!r} has arguments that are not "
             "a JSON object", param=f"messages.{position}.tool_calls",
         )  # fmt: skip
-    values = {k: v if isinstance(v, str) else json.dumps(v) for k, v in arguments.items()}
+    values = {
+        k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        for k, v in arguments.items()
+    }
     try:
         call = ToolCall(call.function.name, values, id=call.id)
         render_tool_call(call)

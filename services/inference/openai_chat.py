@@ -1,12 +1,7 @@
 """`/v1/chat/completions`, plain or as server-sent events, over the policy's own format
-(etude.inference.chat_format).
-
-Streaming with tools: text streams as `content` until the policy opens a `<tool_call>`
-block; from there the turn is held and, once it ends, sent as `tool_calls` (each call whole,
-its arguments in one piece) or, when a call is malformed, as the content it was. Text that
-could be the start of a `<tool_call>` or of the end-of-turn marker is held back until it
-is known not to be, so a client never sees a fragment of either.
-"""
+(etude.inference.chat_format). A streamed turn sends its prose as `content` deltas and each
+tool call whole (name and arguments in one delta) once its block has closed, the split a
+whole turn gets (`TurnStream`), so both read the same."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 
-from etude.inference.chat_format import CALL_OPEN, IM_END, AssistantTurn, ChatFormat
+from etude.inference.chat_format import IM_END, ChatFormat, TurnStream
 from etude.inference.openai_generation import new_request, sampling_params, start_all, token_text
 from etude.inference.openai_protocol import ChatCompletionRequest, unsupported
 from etude.inference.serving import Serving
@@ -23,61 +18,42 @@ from etude.inference.types import CompletionDelta
 
 class _Choice:
     def __init__(self, index: int, body: ChatCompletionRequest, chat: ChatFormat, tokenizer):
-        self.index, self.body, self.chat, self.tokenizer = index, body, chat, tokenizer
-        self.text = ""
-        self.sent = 0  # characters of `text` streamed as content
-        self.holding = False  # inside a tool-call block: nothing more streams until the end
+        self.index, self.body, self.tokenizer = index, body, tokenizer
+        self.stream = TurnStream(chat)
+        self.content = ""
+        self.tool_calls: list[dict] = []
         self.generated = 0
         self.logprobs: list[dict] = []
         self.finish_reason: str | None = None
 
-    def take(self, delta: CompletionDelta) -> list[dict]:
-        self.text += delta.text
+    def take(self, delta: CompletionDelta) -> tuple[list[dict], list[dict]]:
+        """What `delta` adds: message deltas (content, or one tool call each) and logprobs."""
         self.generated += len(delta.token_ids)
-        new_logprobs = self._logprobs(delta)
-        self.logprobs += new_logprobs
+        logprobs = self._logprobs(delta)
+        self.logprobs += logprobs
         if delta.finish_reason is not None:
             self.finish_reason = delta.finish_reason
-        return new_logprobs
+        parts = []
+        for part in self.stream.feed(delta.text, final=delta.finish_reason is not None):
+            if isinstance(part, str):
+                self.content += part
+                parts.append({"content": part})
+            elif self.body.parallel_tool_calls is not False or not self.tool_calls:
+                parts.append({"tool_calls": [{"index": len(self.tool_calls), **part}]})
+                self.tool_calls.append(part)
+        return parts, logprobs
 
-    def turn(self) -> AssistantTurn:
-        turn = self.chat.turn(self.text)
-        if turn.tool_calls and self.body.parallel_tool_calls is False:
-            return AssistantTurn(turn.content, turn.tool_calls[:1])
-        return turn
+    @property
+    def reason(self) -> str | None:
+        return "tool_calls" if self.tool_calls else self.finish_reason
 
-    def reason(self, turn: AssistantTurn) -> str | None:
-        return "tool_calls" if turn.tool_calls else self.finish_reason
-
-    # -- streaming -----------------------------------------------------------------------
-
-    def streamable(self) -> str:
-        """Content that may be sent now: up to a tool call's opening, short of a tail that
-        could still become one (or the end-of-turn marker)."""
-        if self.holding:
-            return ""
-        text = self.text.removesuffix(IM_END) if self.finish_reason else self.text
-        end = len(text)
-        if self.chat.tools:
-            opened = text.find(CALL_OPEN, self.sent)
-            if opened >= 0:
-                self.holding, end = True, opened
-        if not self.holding:
-            end -= _partial_marker(text, (CALL_OPEN, IM_END) if self.chat.tools else (IM_END,))
-        shown, self.sent = text[self.sent : end], max(self.sent, end)
-        return shown
-
-    def final_chunks(self) -> list[dict]:
-        """What was held back, as content and/or tool calls, once the turn has ended."""
-        turn = self.turn()
-        rest = self.text.removesuffix(IM_END)[self.sent :]
-        if not turn.tool_calls:
-            return [{"content": rest}] if rest else []
-        # The prose between and after the blocks (the part before them has streamed).
-        trailing = self.chat.turn(rest).content if self.holding else None
-        calls = [{"index": i, **call} for i, call in enumerate(turn.tool_calls)]
-        chunks = [{"content": ("\n" if self.sent else "") + trailing}] if trailing else []
-        return [*chunks, {"tool_calls": calls}]
+    def message(self) -> dict:
+        message = {"role": "assistant", "content": self.content.strip() or None}
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        elif message["content"] is None:
+            message["content"] = ""
+        return message
 
     def _logprobs(self, delta: CompletionDelta) -> list[dict]:
         if not self.body.logprobs:
@@ -95,17 +71,6 @@ class _Choice:
     def _entry(self, token: int, logprob: float) -> dict:
         text = token_text(self.tokenizer, token)
         return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
-
-
-def _partial_marker(text: str, markers: tuple[str, ...]) -> int:
-    """Length of the longest tail of `text` that begins one of `markers`."""
-    longest = 0
-    for marker in markers:
-        for size in range(min(len(marker) - 1, len(text)), longest, -1):
-            if marker.startswith(text[-size:]):
-                longest = size
-                break
-    return longest
 
 
 async def chat(serving: Serving, body: ChatCompletionRequest) -> dict | AsyncIterator[str]:
@@ -140,17 +105,12 @@ async def chat(serving: Serving, body: ChatCompletionRequest) -> dict | AsyncIte
                        usage)  # fmt: skip
     async for delta in stream:
         choices[delta.index].take(delta)
-    answers = []
-    for choice in choices:
-        turn = choice.turn()
-        message = {"role": "assistant", "content": turn.content}
-        if turn.tool_calls:
-            message["tool_calls"] = turn.tool_calls
-        answers.append({
-            "index": choice.index, "message": message,
-            "logprobs": {"content": choice.logprobs} if body.logprobs else None,
-            "finish_reason": choice.reason(turn),
-        })  # fmt: skip
+    answers = [
+        {"index": choice.index, "message": choice.message(),
+         "logprobs": {"content": choice.logprobs} if body.logprobs else None,
+         "finish_reason": choice.reason}
+        for choice in choices
+    ]  # fmt: skip
     return {**base, "object": "chat.completion", "choices": answers, "usage": usage()}
 
 
@@ -164,15 +124,13 @@ async def _events(stream, choices: list[_Choice], base: dict, include_usage: boo
         yield event(choice.index, {"role": "assistant", "content": ""})
     async for delta in stream:
         choice = choices[delta.index]
-        logprobs = choice.take(delta)
-        shown = choice.streamable()
-        if shown or logprobs:
-            yield event(choice.index, {"content": shown},
-                        logprobs if choice.body.logprobs else None)  # fmt: skip
+        parts, logprobs = choice.take(delta)
+        if logprobs and not parts:
+            parts = [{"content": ""}]
+        for number, part in enumerate(parts):
+            yield event(choice.index, part, logprobs if number == 0 and logprobs else None)
         if delta.finish_reason is not None:
-            for part in choice.final_chunks():
-                yield event(choice.index, part)
-            yield event(choice.index, {}, finish_reason=choice.reason(choice.turn()))
+            yield event(choice.index, {}, finish_reason=choice.reason)
     if include_usage:
         yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage()})}\n\n"
     yield "data: [DONE]\n\n"

@@ -117,20 +117,20 @@ def stream(text: str, pieces: int, **body) -> tuple[str, list[dict], str]:
     content, calls = "", []
     for start in range(0, len(text), pieces):
         last = start + pieces >= len(text)
-        choice.take(CompletionDelta(index=0, text=text[start : start + pieces],
-                                    finish_reason="stop" if last else None))  # fmt: skip
-        shown = choice.streamable()
-        assert "<" not in shown, "a fragment of a tag reached the client"
-        content += shown
-    for part in choice.final_chunks():
-        content += part.get("content", "")
-        calls += part.get("tool_calls", [])
-    return content, calls, choice.reason(choice.turn())
+        parts, _ = choice.take(CompletionDelta(index=0, text=text[start : start + pieces],
+                                               finish_reason="stop" if last else None))  # fmt: skip
+        for part in parts:
+            if not last or "tool_call" not in text:
+                assert "<" not in part.get("content", ""), "a fragment of a tag reached the client"
+            content += part.get("content", "")
+            calls += part.get("tool_calls", [])
+    return content, calls, choice.reason
 
 
 def test_streamed_tool_calls_match_the_whole_turn_however_the_text_is_split():
-    text = f"Reading both.\n{render_tool_calls(READS)}{IM_END}"
+    text = f"Reading both.\n{render_tool_calls(READS)}\nThen I decide.{IM_END}"
     whole = ChatFormat(TOOLS).turn(text)
+    assert whole.content == "Reading both.\n\n\nThen I decide."  # the text between blocks kept
     for pieces in (1, 3, 7, len(text)):
         content, calls, reason = stream(text, pieces, tools=TOOLS)
         assert content.strip() == whole.content and reason == "tool_calls"
@@ -142,3 +142,13 @@ def test_streamed_tool_calls_match_the_whole_turn_however_the_text_is_split():
     broken = "Trying.\n<tool_call>\n<function=read_file>\n"
     content, calls, reason = stream(broken, 4, tools=TOOLS)
     assert (content, calls, reason) == (broken, [], "stop")
+    content, calls, reason = stream(text, 5, tools=TOOLS, parallel_tool_calls=False)
+    assert [c["function"]["name"] for c in calls] == ["read_file"] and reason == "tool_calls"
+
+
+def test_a_malformed_block_beside_a_good_one_stays_content_and_the_good_one_is_called():
+    bad = "<tool_call>\n<function=grep>\n</function>\n</tool_call>"  # pattern is required
+    good = render_tool_calls(READS[:1])
+    turn = ChatFormat(TOOLS).turn(f"{bad}\n{good}")
+    assert turn.content == bad
+    assert [c["function"]["name"] for c in turn.tool_calls] == ["read_file"]
