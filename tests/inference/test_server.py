@@ -218,6 +218,18 @@ async def test_unknown_sampling_fields_are_refused(service):
     assert "[42]" in caught.value.details()
 
 
+@pytest.mark.parametrize(
+    "changes", [{"top_logprobs": 2}, {"frequency_penalty": 1.0}, {"logit_bias": ((5, 1.0),)}]
+)
+async def test_the_grpc_client_refuses_what_its_wire_cannot_carry(service, changes):
+    """Alternatives, penalties and biases are the HTTP API's; sent over gRPC they would be
+    dropped without a word, so the client refuses them and the service keeps serving."""
+    _, client, _ = service
+    with pytest.raises(InferenceError, match=next(iter(changes))):
+        await collect(client, greedy([5, 6], 3, **changes))
+    assert len((await collect(client, greedy([5, 6], 3)))["tokens"]) == 3
+
+
 async def test_a_client_that_goes_away_frees_its_cache(service, backend):
     _, client, _ = service
     stream = client.generate(greedy([5, 6, 7], max_tokens=200, n=3))

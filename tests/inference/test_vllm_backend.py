@@ -263,3 +263,27 @@ async def test_bad_requests_are_refused_with_a_reason(vllm_env: Env):
                 pytest.fail(f"{name}: a delta was produced")
     (ok,) = (await run_request(backend, _request("ok", (5, 6), max_tokens=2))).values()
     assert len(ok["tokens"]) == 2  # the engine is still serving
+
+
+async def test_alternatives_prompt_logprobs_bias_and_penalties_reach_vllm(vllm_env: Env):
+    backend, prompt = vllm_env.backend, vllm_env.prompts[0]
+    asked = _request("alts", prompt, max_tokens=6, top_logprobs=3, prompt_logprobs=2)
+    deltas = [d async for d in backend.generate(asked)]
+    scored = deltas[0].prompt_logprobs
+    assert len(scored) == len(prompt) and scored[0] is None
+    assert all(token in position for token, position in zip(prompt[1:], scored[1:], strict=True))
+    sampled = [(t, lp) for d in deltas for t, lp in zip(d.token_ids, d.logprobs, strict=True)]
+    tops = [top for d in deltas for top in d.top_logprobs]
+    assert len(tops) == len(sampled) == 6 and all(len(top) == 3 for top in tops)
+    for (token, logprob), top in zip(sampled, tops, strict=True):  # greedy: the likeliest
+        assert top[token] == pytest.approx(logprob) == pytest.approx(max(top.values()))
+
+    forced = prompt[1]
+    biased = _request("bias", prompt, max_tokens=5, logit_bias=((forced, 100.0),))
+    (c,) = (await run_request(backend, biased)).values()
+    assert c["tokens"] == [forced] * 5
+    mild = dict(max_tokens=8, logit_bias=((forced, 8.0),))
+    (repeated,) = (await run_request(backend, _request("mild", prompt, **mild))).values()
+    penalised = _request("pen", prompt, frequency_penalty=2.0, **mild)
+    (varied,) = (await run_request(backend, penalised)).values()
+    assert repeated["tokens"].count(forced) > varied["tokens"].count(forced)
