@@ -24,8 +24,8 @@ function lineChart(container, spec) {
   const ys = [...lines, ...points].flatMap((s) => [...s.ys, ...(s.lows || []), ...(s.highs || [])])
     .filter((y) => y !== null && !Number.isNaN(y));
   const xMin = Math.min(0, ...xs), xMax = Math.max(1, ...xs);
-  let yMin = spec.yMin ?? Math.min(0, ...ys), yMax = spec.yMax ?? Math.max(1e-9, ...ys);
-  if (yMax - yMin < 1e-9) yMax = yMin + 1;
+  let yMin = spec.yMin ?? Math.min(0, ...ys), yMax = spec.yMax ?? Math.max(yMin, ...ys);
+  if (yMax - yMin < 1e-9) yMax = yMin + 1;  // a flat series (all zeros) still gets a scale
   const x = (v) => left + ((v - xMin) / (xMax - xMin)) * (width - left - right);
   const y = (v) => top + (1 - (v - yMin) / (yMax - yMin)) * (height - top - bottom);
 
