@@ -140,7 +140,7 @@ def plot_reward_curve(
     import matplotlib.pyplot as plt
 
     figure = reward_curve_figure(history, held_out)
-    figure.savefig(path)
+    figure.savefig(path, bbox_inches="tight")  # the axis labels whole
     plt.close(figure)
     return path
 
