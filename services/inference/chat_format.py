@@ -38,8 +38,8 @@ from etude.common.toolcalls import (
     tools_by_name,
 )
 from etude.inference.openai_protocol import Message, OpenAIError, Tool
+from etude.model.chat_template import IM_END, IM_START
 
-IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 RULES = """\

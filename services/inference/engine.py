@@ -286,11 +286,13 @@ class TorchEngine:
     def _sample_and_emit(
         self, logits, owners: list[tuple[_Request, _Sequence]], prompt_logprobs=None
     ) -> None:
+        # Only penalised sequences need their tokens split: no copy per token for the rest.
         histories = [
-            (seq.tokens[: len(prompt)], seq.tokens[len(prompt) :])
+            (seq.tokens[: len(prompt)], seq.tokens[len(prompt) :]) if state.params.penalised
+            else None
             for state, seq in owners
             for prompt in [state.request.prompt_token_ids]
-        ]
+        ]  # fmt: skip
         tokens, logprobs, alternatives = sample(
             logits, [state.params for state, _ in owners], [seq.generator for _, seq in owners],
             histories,

@@ -155,9 +155,8 @@ def unsupported(body: CompletionRequest | ChatCompletionRequest) -> OpenAIError 
             why["top_logprobs"] = "top_logprobs needs logprobs: true"
     if body.stream_options is not None and not body.stream:
         why["stream_options"] = "stream_options is only allowed when stream is true"
-    for param, message in why.items():
-        return OpenAIError(400, message, param=param)
-    return None
+    first = next(iter(why.items()), None)
+    return None if first is None else OpenAIError(400, first[1], param=first[0])
 
 
 class TokenizeRequest(_Strict):

@@ -87,19 +87,19 @@ def sample(
     logits_BV: torch.Tensor,
     params: list[SamplingParams],
     generators: list[torch.Generator],
-    histories: list[tuple[list[int], list[int]]] | None = None,
+    histories: list[tuple[list[int], list[int]] | None] | None = None,
 ) -> tuple[list[int], list[float], list[dict[int, float]]]:
     """One token per row, its log-probability under the model's own distribution
     (log-softmax of the raw logits, before biases, penalties, temperature and filtering: the
     quantity a policy gradient needs), and the row's top alternatives when asked for.
-    `histories` holds each row's (prompt, completion so far) for the penalties."""
+    `histories` holds each penalised row's (prompt, completion so far)."""
     logits_BV = logits_BV.float()
     logprobs_BV = logits_BV.log_softmax(-1)
     tokens: list[int] = []
     for row, (p, generator) in enumerate(zip(params, generators, strict=True)):
         logits_V = logits_BV[row]
         if p.logit_bias or p.penalised:
-            prompt, completion = histories[row] if histories else ([], [])
+            prompt, completion = (histories[row] if histories else None) or ([], [])
             logits_V = shape_logits(logits_V, p, prompt, completion)
         if p.temperature < GREEDY_BELOW:
             tokens.append(int(logits_V.argmax()))

@@ -19,8 +19,7 @@ from etude.common.run_config import RolloutConfig
 from etude.common.tool_prompt import describe_tool
 from etude.common.toolcalls import ToolCall, render_tool_calls
 from etude.environment.types import ToolCatalog, ToolDescription
-
-IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+from etude.model.chat_template import IM_END, IM_START
 
 _EXAMPLE = render_tool_calls([
     ToolCall(id="call_0", name="read_file", arguments={"path": "pkg/module.py"}),
