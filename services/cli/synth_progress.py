@@ -1,16 +1,11 @@
-"""How `etude tasks synth` reports its progress, and how it stops.
+"""How `etude tasks synth` reports its progress.
 
-On a terminal a bar per project; elsewhere (a log file, CI, a pipe) plain lines. A SIGTERM
-stops it as Ctrl-C does, so the synthesizer's workers are shut down and the tasks kept so
-far stay written.
+On a terminal a bar per project; elsewhere (a log file, CI, a pipe) plain lines.
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import time
-from collections.abc import Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -107,20 +102,3 @@ class SynthProgress:
         )
         name = project.name
         self.line(f"{name}: kept {kept} of {self.wanted}, tried {tried} of {self.total}{slow}")
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (`timeout`, a cancelled CI job, `kill`) stops the command as Ctrl-C does,
-    through its `with` blocks: the synthesizer's worker processes are shut down and the
-    tasks kept so far stay written. Left to the default, only this process dies, and its
-    pool's workers wait forever on a queue nobody reads."""
-
-    def interrupt(signum, frame) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -27,7 +27,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from etude.cli.synth_progress import SynthProgress, terminate_as_interrupt
+from etude.cli.interrupt import terminate_as_interrupt
+from etude.cli.synth_progress import SynthProgress
 from etude.cli.task_progress import task_progress
 from etude.cli.task_sources import (
     CacheOption,
@@ -202,15 +203,17 @@ def synth(
                         total = min(total, max_tries)
                     uses_environment = item_options.python_environment is not None
                     on_tried = progress.project(item, baseline, total, uses_environment)
-                    for kept in kept_mutants(
-                        item, item_options, bwrap, on_tried, sandbox, baseline
-                    ):
-                        task = _with_commit(item, kept, item_options)
-                        _write_line(lines, task)
-                        counts[task.split] = counts.get(task.split, 0) + 1
-                        progress.line(
-                            f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})"
-                        )
+                    # Closed on the way out, whatever stops the loop: an interrupt in its
+                    # body must stop the pool's workers now, not when collected.
+                    found = kept_mutants(item, item_options, bwrap, on_tried, sandbox, baseline)
+                    with contextlib.closing(found):
+                        for kept in found:
+                            task = _with_commit(item, kept, item_options)
+                            _write_line(lines, task)
+                            counts[task.split] = counts.get(task.split, 0) + 1
+                            progress.line(
+                                f"{item.name}: kept {task.id} (fails {len(task.fail_to_pass)})"
+                            )
                     progress.done(item)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
         console.print(f"Stopped: the {sum(counts.values())} tasks kept so far are in {out}.")

@@ -175,7 +175,7 @@ def test_a_terminated_synth_keeps_its_tasks_and_leaves_no_worker_behind(tmp_path
             assert synth.poll() is None and time.monotonic() < deadline, log.read()
             time.sleep(0.2)
         synth.send_signal(signal.SIGTERM)
-        assert synth.wait(timeout=60) == 130
+        assert synth.wait(timeout=60) == 130, (tmp_path / "log").read_text()
         # Nothing of the run's process group is left (its workers would be).
         assert not _group_alive(synth.pid, within_s=10)
     finally:

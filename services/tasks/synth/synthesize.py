@@ -364,11 +364,14 @@ def kept_mutants(
 def _kill_workers(pool: ProcessPoolExecutor) -> None:
     """Kill the pool's worker processes: a worker catches an interrupt of the mutant it runs
     and goes on with the next one. Their sandboxes die with them (bwrap --die-with-parent).
-    Python has no public way before 3.14 (`kill_workers`), hence the private mapping."""
-    for process in list(getattr(pool, "_processes", {}).values()):
+    Python has no public way before 3.14 (`kill_workers`), hence the private mapping.
+    The shutdown waits for the pool's manager thread, which sees its workers dead and ends
+    at once: left running, it races the interpreter's exit on their shared wakeup pipe
+    (`OSError: Bad file descriptor` printed at exit)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
         with contextlib.suppress(OSError, ValueError):
             process.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def instruction(project: str, failing: list[str], messages: dict[str, str]) -> str:
