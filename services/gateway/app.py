@@ -22,7 +22,6 @@ token of another role.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -58,6 +57,7 @@ from etude.tasks.taskset import RunTasks, TaskSetError, read_tasks, select_tasks
 log = logging.getLogger(__name__)
 
 MAX_UPLOADED_TASKS = 100_000
+SHUTDOWN_TIMEOUT_S = 10.0
 
 
 class StartRun(BaseModel):
@@ -230,10 +230,11 @@ def create_app(
     guarded = [Depends(operator_only(verifier or Verifier.from_settings(get_settings().auth)))]
 
     async def reap(runs: RunRegistry, run_id: str | None = None) -> None:
+        """End the runs whose process exited (all of them: `exited` hands each exit over
+        once) and those, or just `run_id`, whose driver is silent."""
         for ended, code in launcher.exited().items():
-            if run_id is None or ended == run_id:
-                why = f"its `etude train` process exited with code {code} before ending it"
-                await runs.abandon(ended, f"{why}; see {launcher.log_of(ended)}")
+            why = f"its `etude train` process exited with code {code} before ending it"
+            await runs.abandon(ended, f"{why}; see {launcher.log_of(ended)}")
         for ended, status in (await runs.reap(driver_timeout_seconds, run_id)).items():
             log.warning("run %s ended as %s: its driver is gone", ended, status)
 
@@ -244,6 +245,8 @@ def create_app(
                 await reap(runs)
             except redis_errors.RedisError as error:  # Redis back later: reap then
                 log.warning("reaper: %s", error)
+            except Exception:  # a reaper that died would leave every later run unended
+                log.exception("reaper: this round failed; the next one runs as usual")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -258,10 +261,14 @@ def create_app(
         try:
             yield
         finally:
+            # Bounded, and raising nothing: a shutdown that hangs or fails holds up the
+            # process that is stopping (and a TestClient's exit waits on it for ever).
             reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reaper
-            await client.aclose()
+            await asyncio.wait({reaper}, timeout=SHUTDOWN_TIMEOUT_S)
+            try:
+                await asyncio.wait_for(client.aclose(), SHUTDOWN_TIMEOUT_S)
+            except (TimeoutError, redis_errors.RedisError, OSError) as error:
+                log.warning("closing the Redis client: %r", error)
 
     app = FastAPIOffline(  # /docs with Swagger UI's assets from the package, not a CDN
         title="Étude gateway",

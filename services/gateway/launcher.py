@@ -11,6 +11,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -69,6 +70,9 @@ class LocalLauncher:
         self.argv_prefix = tuple(argv_prefix)
         self.env = {**os.environ, **(env or {})}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        # `launch` adds from a worker thread while the reaper reads on the event loop: a
+        # dict changing size under iteration would raise in the reaper.
+        self._processes_lock = threading.Lock()
 
     async def launch(self, record: RunRecord, config: RunConfig) -> None:
         await asyncio.to_thread(self._spawn, record.run_id, config)
@@ -76,9 +80,10 @@ class LocalLauncher:
     def exited(self) -> dict[str, int]:
         """Collects the children that have exited (none stays a zombie): the gateway's reaper
         ends their runs if they did not."""
-        done = {k: p.returncode for k, p in self.processes.items() if p.poll() is not None}
-        for run_id in done:
-            del self.processes[run_id]
+        with self._processes_lock:
+            done = {k: p.returncode for k, p in self.processes.items() if p.poll() is not None}
+            for run_id in done:
+                del self.processes[run_id]
         return done
 
     def log_of(self, run_id: str) -> str:
@@ -91,7 +96,7 @@ class LocalLauncher:
         config_path.write_text(yaml.safe_dump(document, sort_keys=False))
         argv = [*self.argv_prefix, "train", str(config_path), "--run-id", run_id]
         with open(self.directory / f"{run_id}.log", "ab") as log:
-            self.processes[run_id] = subprocess.Popen(
+            process = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -99,3 +104,5 @@ class LocalLauncher:
                 env=self.env,
                 start_new_session=True,
             )
+        with self._processes_lock:
+            self.processes[run_id] = process

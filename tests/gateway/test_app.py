@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
@@ -285,6 +286,61 @@ def test_the_reaper_ends_a_run_whose_driver_is_gone(redis_url):
         assert "no heartbeat from the run's driver" in client.get("/runs/silent").json()["error"]
         shown = client.get("/runs/shown").json()
         assert shown["status"] == "failed" and "no heartbeat" in shown["error"]
+
+
+def test_showing_one_run_does_not_lose_the_exit_of_another(redis_url, tmp_path):
+    """Each exit is handed over once: `GET /runs/a` must end `b` too, or b's exit code and
+    log are never recorded (only the driver timeout would end it, for another reason)."""
+    launcher = LocalLauncher(tmp_path, argv_prefix=(sys.executable, "-c", "exit(3)"))
+    app = create_app(redis_url, launcher, reap_interval_seconds=3600)  # only GETs reap
+    with TestClient(app, headers=OPERATOR) as client:
+        for run_id in ("a", "b"):
+            assert client.post("/runs", json={"run_id": run_id}).status_code == 201
+        for process in list(launcher.processes.values()):
+            process.wait(timeout=30)
+        assert client.get("/runs/a").json()["status"] == "failed"
+        b = client.get("/runs/b").json()
+        assert b["status"] == "failed" and "exited with code 3" in b["error"], b
+
+
+class _LauncherFailingOnce(LocalLauncher):
+    """A stand-in for a fault the test cannot cause on time: the first reap finds the
+    launcher raising (as `exited()` did when a launch changed its table mid-read)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.failures_left = 1
+
+    def exited(self) -> dict[str, int]:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise RuntimeError("dictionary changed size during iteration")
+        return super().exited()
+
+
+def test_a_failing_reaper_round_neither_stops_the_reaper_nor_the_shutdown(redis_url, tmp_path):
+    launcher = _LauncherFailingOnce(tmp_path, argv_prefix=(sys.executable, "-c", "exit(3)"))
+    app = create_app(redis_url, launcher, reap_interval_seconds=0.1)
+
+    async def scenario() -> dict:
+        # The lifespan driven directly: a shutdown that raised would fail the test here
+        # (TestClient's exit would wait for ever instead).
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://gateway", headers=OPERATOR
+            ) as client:
+                assert (await client.post("/runs", json={"run_id": "dies"})).status_code == 201
+                while launcher.failures_left:  # the failing round has run
+                    await asyncio.sleep(0.05)
+                deadline = time.monotonic() + 20
+                while (run := (await client.get("/runs/dies")).json())["status"] == "queued":
+                    assert time.monotonic() < deadline, run
+                    await asyncio.sleep(0.1)
+                return run
+
+    run = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert run["status"] == "failed" and "exited with code 3" in run["error"]
 
 
 def test_a_queued_run_stops_at_once_and_a_launched_process_that_exits_ends_its_run(
