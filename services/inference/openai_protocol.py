@@ -132,6 +132,15 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = None
     response_format: dict[str, Any] | None = None
+    # What clients send about the request rather than its answer (the Agents SDK, LiteLLM):
+    # accepted and not acted on, as the answer is the same with or without them.
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    """Only false: nothing is stored for later retrieval."""
+    service_tier: str | None = None
+    """Only `auto` or `default`: there is one tier."""
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
 
 
 def unsupported(body: CompletionRequest | ChatCompletionRequest) -> OpenAIError | None:
@@ -153,6 +162,10 @@ def unsupported(body: CompletionRequest | ChatCompletionRequest) -> OpenAIError 
             why["response_format"] = "only response_format {'type': 'text'} is supported"
         if body.top_logprobs is not None and not body.logprobs:
             why["top_logprobs"] = "top_logprobs needs logprobs: true"
+        if body.store:
+            why["store"] = "completions are not stored: store may only be false"
+        if body.service_tier not in (None, "auto", "default"):
+            why["service_tier"] = "there is one service tier: 'auto' or 'default'"
     if body.stream_options is not None and not body.stream:
         why["stream_options"] = "stream_options is only allowed when stream is true"
     first = next(iter(why.items()), None)

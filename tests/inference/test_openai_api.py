@@ -151,6 +151,9 @@ async def test_chat_renders_the_policy_s_format_and_streams_the_same_answer(http
         ),
         ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools"),
         ({"top_logprobs": 2}, "top_logprobs"),
+        ({"store": True}, "store"),
+        ({"service_tier": "flex"}, "service_tier"),
+        ({"functions": [{"name": "f"}]}, "functions"),
     ],
 )
 async def test_chat_requests_it_cannot_honour_get_400_naming_the_field(http, body, param):
@@ -159,3 +162,18 @@ async def test_chat_requests_it_cannot_honour_get_400_naming_the_field(http, bod
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == param
     assert (await http.get("/health")).json()["status"] == "ok"
+
+
+async def test_what_clients_send_about_a_request_is_accepted_and_changes_nothing(http):
+    """The Agents SDK and LiteLLM pass these through; the answer is the one without them."""
+    request = {
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0,
+    }  # fmt: skip
+    about = {
+        "metadata": {"experiment": "a"}, "store": False, "service_tier": "auto",
+        "prompt_cache_key": "k", "safety_identifier": "s", "user": "u",
+    }  # fmt: skip
+    plain = await http.post("/v1/chat/completions", json=request)
+    with_about = await http.post("/v1/chat/completions", json={**request, **about})
+    assert plain.status_code == with_about.status_code == 200, with_about.text
+    assert with_about.json()["choices"] == plain.json()["choices"]
