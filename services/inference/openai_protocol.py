@@ -3,15 +3,16 @@
 Unknown fields are refused (400 naming the field) rather than ignored: a client asking for
 something this server does not do must not get something else silently. Fields OpenAI
 defines that this server cannot honour are declared and refused by `unsupported` with a
-message saying why. NaN and infinity (JSON's `NaN`, `1e999`) are refused here; the ranges
-are checked once, for both APIs, by the backend's validation (etude.inference.types).
+message saying why. A field sent as null takes its default, as in OpenAI's API. NaN and
+infinity (JSON's `NaN`, `1e999`) are refused here; the ranges are checked once, for both
+APIs, by the backend's validation (etude.inference.types).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_PROMPTS = 64
 """Prompts in one /v1/completions request (each is a request to the engine)."""
@@ -37,6 +38,15 @@ class OpenAIError(Exception):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        # OpenAI's optional fields are nullable, null meaning the default, and clients
+        # that build requests from keyword arguments send it (`temperature: null`).
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
 
 
 class StreamOptions(_Strict):

@@ -164,6 +164,32 @@ async def test_chat_requests_it_cannot_honour_get_400_naming_the_field(http, bod
     assert (await http.get("/health")).json()["status"] == "ok"
 
 
+async def test_a_field_sent_as_null_takes_its_default(http):
+    """As in OpenAI's API: clients that build requests from keyword arguments send nulls."""
+    nulls = dict.fromkeys([
+        "temperature", "top_p", "n", "stop", "seed", "presence_penalty", "frequency_penalty",
+        "logit_bias", "stream", "stream_options",
+    ])  # fmt: skip
+    chat = await http.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": None,
+              "tools": None, "tool_choice": None, **nulls},
+    )  # fmt: skip
+    assert chat.status_code == 200, chat.text
+    [choice] = chat.json()["choices"]
+    assert choice["logprobs"] is None and chat.json()["usage"]["completion_tokens"] <= 3
+    completion = await http.post(
+        "/v1/completions",
+        json={"prompt": "def", "max_tokens": None, "echo": None, "logprobs": None, **nulls},
+    )
+    assert completion.status_code == 200, completion.text
+    [choice] = completion.json()["choices"]
+    assert completion.json()["usage"]["completion_tokens"] <= 16  # OpenAI's default
+    assert choice["logprobs"] is None and not choice["text"].startswith("def")
+    missing = await http.post("/v1/completions", json={"prompt": None})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "prompt"
+
+
 async def test_what_clients_send_about_a_request_is_accepted_and_changes_nothing(http):
     """The Agents SDK and LiteLLM pass these through; the answer is the one without them."""
     request = {
