@@ -149,8 +149,10 @@ class ChatFormat:
             return None
         [call] = parsed.calls
         tool = next(t for t in self.tools if t.function.name == call.name)
-        types = {name: schema.get("type") for name, schema in _properties(tool).items()}
-        arguments = {key: _typed(value, types.get(key)) for key, value in call.arguments.items()}
+        types = {name: _declared_types(schema) for name, schema in _properties(tool).items()}
+        arguments = {
+            key: _typed(value, types.get(key, frozenset())) for key, value in call.arguments.items()
+        }
         return {
             "id": f"call_{uuid.uuid4().hex[:24]}",
             "type": "function",
@@ -233,18 +235,43 @@ def _description(tool: Tool) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _typed(value: str, kind: object) -> object:
-    """A parameter's raw text as the JSON type its schema declares; the text itself when it
-    does not read as one (the client's tool then reports the bad value)."""
-    if kind in (None, "string"):
+def _declared_types(schema: dict) -> frozenset[str]:
+    """The JSON types a parameter's schema allows, in each way schemas say it: `"type":
+    "integer"`, `"type": ["integer", "null"]` (OpenAI's strict mode), `anyOf`/`oneOf` of
+    typed schemas (Pydantic's optional fields). Empty: any (read as text)."""
+    declared = schema.get("type")
+    kinds = {declared} if isinstance(declared, str) else set()
+    if isinstance(declared, list):
+        kinds |= {kind for kind in declared if isinstance(kind, str)}
+    for key in ("anyOf", "oneOf"):
+        for member in schema.get(key) or []:
+            if isinstance(member, dict):
+                kinds |= _declared_types(member)
+    return frozenset(kinds)
+
+
+def _typed(value: str, kinds: frozenset[str]) -> object:
+    """A parameter's raw text as a JSON value of a type its schema allows; the text itself
+    when the schema allows text, declares no type, or the text reads as no allowed type
+    (the client's tool then reports the bad value)."""
+    if not kinds or "string" in kinds:
         return value
     try:
         parsed = json.loads(value)
     except ValueError:
         return value
-    expected = {"integer": int, "number": (int, float), "boolean": bool, "array": list,
-                "object": dict, "null": type(None)}.get(kind)  # fmt: skip
-    return parsed if expected is None or isinstance(parsed, expected) else value
+    kind = _json_type(parsed)
+    allowed = kind in kinds or (kind == "integer" and "number" in kinds)
+    return parsed if allowed else value
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):  # before int: True is an int to Python
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    kinds = {float: "number", str: "string", list: "array", dict: "object"}
+    return kinds.get(type(value), "null")
 
 
 def _as_call(call, position: int) -> ToolCall:

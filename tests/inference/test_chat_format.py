@@ -93,6 +93,36 @@ def test_a_turn_with_calls_becomes_openai_tool_calls_typed_by_the_schema():
     assert len({c["id"] for c in turn.tool_calls}) == 2
 
 
+def test_arguments_are_typed_by_every_form_of_a_schema_s_type():
+    """`"type": [T, "null"]` (OpenAI's strict mode) and `anyOf` (Pydantic's optional fields)
+    as well as a plain type; text the schema allows, or that reads as no allowed type, stays
+    text."""
+    properties = {
+        "line": {"type": ["integer", "null"]},
+        "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        "ratio": {"type": "number"},
+        "flag": {"type": "boolean"},
+        "count": {"type": "integer"},
+        "paths": {"type": "array", "items": {"type": "string"}},
+        "name": {"type": ["string", "null"]},
+        "anything": {},
+    }
+    tool = Tool.model_validate({"type": "function", "function": {
+        "name": "probe", "parameters": {"type": "object", "properties": properties},
+    }})  # fmt: skip
+    written = {
+        "line": "12", "limit": "null", "ratio": "3", "flag": "true", "count": "true",
+        "paths": '["a.py", "b.py"]', "name": "42", "anything": "[1]",
+    }  # fmt: skip
+    turn = ChatFormat([tool]).turn(render_tool_calls([ToolCall("probe", written)]))
+    [call] = turn.tool_calls
+    assert json.loads(call["function"]["arguments"]) == {
+        "line": 12, "limit": None, "ratio": 3, "flag": True,
+        "count": "true",  # a boolean is no integer: left as written
+        "paths": ["a.py", "b.py"], "name": "42", "anything": "[1]",
+    }  # fmt: skip
+
+
 def test_a_malformed_or_unknown_call_comes_back_whole_as_content():
     chat = ChatFormat(TOOLS)
     for text in (
