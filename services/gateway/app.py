@@ -44,10 +44,11 @@ from etude.common.run_config import RunConfig
 from etude.common.run_metrics import by_phase, read_metrics
 from etude.common.runs import RUN_ID_PATTERN, TERMINAL, RunNotFoundError, RunRecord, RunRegistry
 from etude.common.settings import get_settings
+from etude.common.strict_json import StrictJSONRoute
 from etude.common.trajectory_log import read_trajectories
 from etude.gateway.launcher import Launcher
 from etude.gateway.metrics import REQUEST_SECONDS, REQUESTS
-from etude.gateway.validation import StrictJSONRoute, confine_run_paths, gateway_run_dir
+from etude.gateway.validation import confine_run_paths, gateway_run_dir
 from etude.gateway.web import add_pages
 from etude.tasks.materialize import BUNDLED_TASKSETS, HELD_OUT_PROJECTS
 from etude.tasks.provisioning import TaskProvisioning

@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from etude.common.auth import ACCESS, Verifier, bearer, metrics_authorizer
 from etude.common.settings import get_settings
+from etude.common.strict_json import StrictJSONRoute
 from etude.inference.openai_chat import chat
 from etude.inference.openai_completions import complete
 from etude.inference.openai_protocol import (
@@ -75,6 +76,7 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
     ]
     metrics_allowed = metrics_authorizer(get_settings().auth)  # its tokens read once
     app = FastAPIOffline(title="Étude inference (OpenAI-compatible)")  # /docs without a CDN
+    app.router.route_class = StrictJSONRoute  # every route below: a NaN, or `"\ud800"` → 400
 
     @app.exception_handler(_Refused)
     async def refused(request: Request, exc: _Refused) -> JSONResponse:
@@ -87,7 +89,7 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
             f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors()
         )
         fields = [".".join(str(p) for p in e["loc"][1:]) for e in exc.errors()]
-        return _error(400, problems, param=fields[0] if fields else None)
+        return _error(400, problems, param=fields[0] or None if fields else None)
 
     @app.exception_handler(OpenAIError)
     async def refused_request(request: Request, exc: OpenAIError) -> JSONResponse:

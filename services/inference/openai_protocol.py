@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_PROMPTS = 64
 """Prompts in one /v1/completions request (each is a request to the engine)."""
@@ -92,6 +92,19 @@ class FunctionDefinition(_Strict):
     parameters: dict[str, Any] = Field(default_factory=dict)
     """A JSON schema of an object: its `properties`, `required` and their `type`s."""
     strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _an_object_s_schema(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        properties = parameters.get("properties") or {}
+        if not isinstance(properties, dict) or not all(
+            isinstance(schema, dict | bool) for schema in properties.values()
+        ):
+            raise ValueError("properties must map each parameter's name to its JSON schema")
+        required = parameters.get("required") or []
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise ValueError("required must be a list of parameter names")
+        return parameters
 
 
 class Tool(_Strict):

@@ -150,6 +150,38 @@ async def test_chat_renders_the_policy_s_format_and_streams_the_same_answer(http
             "messages.0.content",
         ),
         ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools"),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "f",
+                            "parameters": {"type": "object", "properties": ["path"]},
+                        },
+                    }
+                ]
+            },
+            "tools.0.function.parameters",
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "f",
+                            "parameters": {
+                                "type": "object",
+                                "properties": {"p": {}},
+                                "required": "p",
+                            },
+                        },
+                    }
+                ]
+            },
+            "tools.0.function.parameters",
+        ),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"store": True}, "store"),
         ({"service_tier": "flex"}, "service_tier"),

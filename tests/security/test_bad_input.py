@@ -10,9 +10,11 @@ sandboxes, the search service on MiniLM, the reward service, and the gateway ove
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
+from collections.abc import AsyncIterator
 
 import grpc
 import httpx
@@ -291,17 +293,48 @@ async def test_an_engine_that_died_is_reported_not_serving(inference):
      '{"prompt": [1, 2], "n": 1000000}'],
 )  # fmt: skip
 async def test_openai_api_refuses_non_finite_and_huge_numbers(backend, body):  # noqa: F811
-    app = create_openai_app(Serving(backend))
-    transport = httpx.ASGITransport(app=app)
+    async with _openai_client(backend) as client:
+        bad = await _post_raw(client, "/v1/completions", body)
+        assert bad.status_code == 400, bad.text
+        good = await client.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 2})
+        assert good.status_code == 200 and good.json()["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("/v1/completions", '{"prompt": "\\udfff", "max_tokens": 2}'),
+     ("/v1/chat/completions",
+      '{"messages": [{"role": "user", "content": "\\ud800 x"}], "max_tokens": 2}'),
+     ("/v1/chat/completions",
+      '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "tools": [{"type": '
+      '"function", "function": {"name": "f", "description": "\\ud800"}}]}'),
+     ("/tokenize", '{"prompt": "a\\ud800"}')],
+)  # fmt: skip
+async def test_openai_api_refuses_text_utf8_cannot_carry(backend, path, body):  # noqa: F811
+    """JSON can spell a lone surrogate (`\\ud800`); the tokenizer cannot read it (a 500
+    before). Refused up front; an escaped pair (an emoji) is text like any other."""
+    async with _openai_client(backend) as client:
+        bad = await _post_raw(client, path, body)
+        assert bad.status_code == 400, bad.text
+        assert "UTF-8" in bad.json()["error"]["message"]
+        emoji = '{"prompt": "\\ud83d\\ude00", "max_tokens": 2}'
+        good = await _post_raw(client, "/v1/completions", emoji)
+        assert good.status_code == 200 and good.json()["usage"]["completion_tokens"] == 2
+
+
+@contextlib.asynccontextmanager
+async def _openai_client(served) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the HTTP API over the backend `served`, as a rollout worker."""
+    transport = httpx.ASGITransport(app=create_openai_app(Serving(served)))
     headers = bearer_header(get_settings().auth, "rollout")
     async with httpx.AsyncClient(
         transport=transport, base_url="http://test", headers=headers
     ) as client:
-        bad = await client.post("/v1/completions", content=body,
-                                headers={"content-type": "application/json"})  # fmt: skip
-        assert bad.status_code == 400, bad.text
-        good = await client.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 2})
-        assert good.status_code == 200 and good.json()["usage"]["completion_tokens"] == 2
+        yield client
+
+
+async def _post_raw(client: httpx.AsyncClient, path: str, body: str) -> httpx.Response:
+    return await client.post(path, content=body, headers={"content-type": "application/json"})
 
 
 # -- environment -------------------------------------------------------------------------
