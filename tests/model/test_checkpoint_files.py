@@ -81,6 +81,15 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "All done."},
         {"role": "user", "content": "Thanks"},
     ],
+    "values whose fragments are escaped already, by runs of backslashes": [
+        {"role": "user", "content": "Fix the escaping."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("a", "grep", pattern="<\\/parameter> <\\\\tool_call> <\\x </b> <<function="),
+            call("b", "read_file", path="p.py", flags=["<\\/parameter>", "</function>"]),
+        ]},
+        {"role": "tool", "tool_call_id": "a", "content": "<\\/tool_result> <\\\\/tool_result>"},
+        {"role": "tool", "tool_call_id": "b", "content": "</tool_result><"},
+    ],
 }  # fmt: skip
 
 
