@@ -28,6 +28,8 @@ from tests.common.test_trajectory_log import episode
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+Keys = pytest.importorskip("selenium.webdriver.common.keys").Keys
+Select = pytest.importorskip("selenium.webdriver.support.ui").Select
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
@@ -146,6 +148,27 @@ def test_the_pages_show_runs_live_curves_and_a_trajectory_s_diff(gateway, browse
     wait_for(browser, f"return {line}?.getAttribute('points').split(' ').length === 3")
     assert wait_for(browser, "return document.querySelectorAll('a.trajectory-link').length") == 2
     screenshot(browser, "run")
+    assert console_errors(browser) == []
+
+    # The table's filters: the best first, then one step only; the address keeps them.
+    rewards = "[...document.querySelectorAll('#trajectories td:nth-child(4)')]"
+    rewards += ".map(td => td.textContent).join(' ')"
+    nothing_kept = "return document.querySelector('#trajectories p.muted') !== null"
+    assert wait_for(browser, f"return {rewards}") == "0 1"
+    Select(browser.find_element("css selector", "[name=order]")).select_by_value("best")
+    wait_for(browser, f"return {rewards} === '1 0'")
+    step = browser.find_element("css selector", "[name=step]")
+    step.send_keys("1", Keys.TAB)  # no trajectory was kept at step 1
+    wait_for(browser, nothing_kept)
+    browser.refresh()
+    wait_for(browser, nothing_kept)
+    assert "order=best" in browser.current_url and "step=1" in browser.current_url
+    step = browser.find_element("css selector", "[name=step]")
+    assert step.get_attribute("value") == "1"
+    step.clear()
+    step.send_keys(Keys.TAB)
+    Select(browser.find_element("css selector", "[name=order]")).select_by_value("worst")
+    wait_for(browser, f"return {rewards} === '0 1'")
     assert console_errors(browser) == []
 
     browser.find_element("css selector", "a.trajectory-link").click()  # the worst first

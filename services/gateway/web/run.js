@@ -1,5 +1,5 @@
-// A run's page: its record, the curves of its steps (updated while it runs) and its worst
-// trajectories.
+// A run's page: its record, the curves of its steps (updated while it runs) and its kept
+// trajectories (the worst first, or as the filters above the table choose).
 "use strict";
 
 const RUN_ID = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop());
@@ -95,16 +95,50 @@ function drawTrajectories(records) {
     })));
 }
 
+// Which trajectories the table lists; kept in the page's query string, so a link or a
+// reload shows the same ones.
+const FILTER_DEFAULTS = { order: "worst", step: "", task: "", limit: "10" };
+
+function filters() {
+  const query = new URLSearchParams(location.search);
+  return Object.fromEntries(
+    Object.entries(FILTER_DEFAULTS).map(([name, value]) => [name, query.get(name) ?? value]));
+}
+
+function trajectoriesPath() {
+  const chosen = Object.entries(filters()).filter(([, value]) => value !== "");
+  return `/runs/${encodeURIComponent(RUN_ID)}/trajectories?${new URLSearchParams(chosen)}`;
+}
+
+function drawFilters() {
+  const now = filters();
+  const select = (name, options) => el("select", { name },
+    options.map(([value, text]) => el("option", value === now[name] ? { value, selected: "" } : { value }, text)));
+  const form = el("form", { id: "trajectory-filters" },
+    el("label", {}, "order ", select("order",
+      [["worst", "lowest reward first"], ["best", "highest reward first"], ["", "by step"]])),
+    el("label", {}, " step ", el("input", { name: "step", type: "number", min: "0", placeholder: "all", value: now.step })),
+    el("label", {}, " task ", el("input", { name: "task", placeholder: "all", value: now.task })),
+    el("label", {}, " show ", select("limit", ["10", "50", "200", "1000"].map((n) => [n, n]))));
+  form.addEventListener("submit", (event) => event.preventDefault());
+  form.addEventListener("change", async () => {
+    const chosen = [...new FormData(form)].filter(([name, value]) => value !== FILTER_DEFAULTS[name]);
+    history.replaceState(null, "", `${location.pathname}?${new URLSearchParams(chosen)}`);
+    drawTrajectories(await api(trajectoriesPath()).catch(() => []));
+  });
+  document.getElementById("filters").replaceChildren(form);
+}
+
 async function refresh() {
   try {
-    const [run, metrics, worst] = await Promise.all([
+    const [run, metrics, trajectories] = await Promise.all([
       api(`/runs/${encodeURIComponent(RUN_ID)}`),
       api(`/runs/${encodeURIComponent(RUN_ID)}/metrics`),
-      api(`/runs/${encodeURIComponent(RUN_ID)}/trajectories?order=worst&limit=10`).catch(() => []),
+      api(trajectoriesPath()).catch(() => []),
     ]);
     drawSummary(run);
     drawCharts(metrics);
-    drawTrajectories(worst);
+    drawTrajectories(trajectories);
     return run.status;
   } catch (error) {
     showError(document.getElementById("summary"), error);
@@ -112,9 +146,10 @@ async function refresh() {
   }
 }
 
-layout(RUN_ID, [["summary"], ["charts", "Training"],
-  ["trajectories", "Trajectories, lowest reward first"]]);
+layout(RUN_ID, [["summary"], ["charts", "Training"], ["filters", "Trajectories"],
+  ["trajectories"]]);
 document.getElementById("charts").className = "charts";
+drawFilters();
 
 (async function live() {
   const status = await refresh();
