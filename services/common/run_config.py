@@ -9,7 +9,7 @@ Overrides on the command line use dotted keys: `trainer.steps=4 rollout.group_si
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from etude.common.repository_names import is_repository_name
+from etude.common.settings import get_settings
 
 # A seed fits the signed 64 bits torch and numpy take.
 Seed = Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)]
@@ -75,7 +76,18 @@ class PackagesConfig(_Part):
     """A directory of wheels and sdists, then the only source (no network); a relative path
     is read as `sources`' are."""
     index_url: str | None = Field(default=None, min_length=1, max_length=4096)
-    """A package index."""
+    """A package index (`http(s)://host[:port]/…`). Builds reach it through a proxy that
+    lets through its host only, PyPI's (`pypi.org`, `files.pythonhosted.org`) when unset."""
+    index_hosts: tuple[str, ...] = Field(default=(), max_length=100)
+    """Other `host` or `host:port` (443 unless given) the builds may reach: where an index
+    serves its files from, when that is not its own host."""
+
+    @field_validator("index_url")
+    @classmethod
+    def _http_index(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("index_url must be an http:// or https:// address")
+        return url
 
     @model_validator(mode="after")
     def _one_source(self) -> PackagesConfig:
@@ -135,6 +147,62 @@ class TasksConfig(_Part):
                 ),
             }
         )
+
+
+PROTECTED_RUN_DIRS = ("auth", "environment", "redis", "logs")
+"""Under a stack's run directory: the credentials, the environment's sessions and bases (the
+policy's writable layers), Redis's data and the services' logs."""
+
+
+def protected_dirs(run_dir: Path, tokens_dir: Path | None = None) -> tuple[Path, ...]:
+    """The directories of the stack at `run_dir` (and its credentials at `tokens_dir`) that
+    no task source or wheelhouse may lie in or hold, symlinks resolved: builds run the
+    sources' code, and sessions open their repositories."""
+    dirs = [run_dir / name for name in PROTECTED_RUN_DIRS]
+    dirs += [tokens_dir] if tokens_dir is not None else []
+    return tuple(Path(os.path.realpath(d.expanduser())) for d in dirs)
+
+
+def stack_protected_dirs() -> tuple[Path, ...]:
+    """`protected_dirs` of this process's stack (`ETUDE_STACK__RUN_DIR`,
+    `ETUDE_AUTH__TOKENS_DIR`)."""
+    settings = get_settings()
+    return protected_dirs(settings.stack.run_dir, settings.auth.tokens_dir)
+
+
+def protected_overlap(path: Path, protected: Iterable[Path]) -> Path | None:
+    """The protected directory `path` lies in or holds once its symlinks are resolved (a
+    wheelhouse at the run directory itself holds its `auth/`); None when it touches none."""
+    real = Path(os.path.realpath(path.expanduser()))
+    for directory in protected:
+        if real.is_relative_to(directory) or directory.is_relative_to(real):
+            return directory
+    return None
+
+
+def task_paths(tasks: TasksConfig) -> Iterator[tuple[str, Path]]:
+    """(field, path) of every path a run's tasks are built from."""
+    sources = tasks.sources
+    for name, path in sources.repositories.items():
+        yield f"tasks.sources.repositories[{name}]", path
+    for index, path in enumerate(sources.checkouts):
+        yield f"tasks.sources.checkouts[{index}]", path
+    for index, path in enumerate(sources.projects):
+        yield f"tasks.sources.projects[{index}]", path
+    if tasks.packages.wheelhouse is not None:
+        yield "tasks.packages.wheelhouse", tasks.packages.wheelhouse
+
+
+def check_task_paths(tasks: TasksConfig, protected: Iterable[Path] | None = None) -> None:
+    """ValueError naming the first field of `tasks` whose path reaches a protected directory
+    (default: this process's stack's, `stack_protected_dirs`)."""
+    protected = tuple(stack_protected_dirs() if protected is None else protected)
+    for field, path in task_paths(tasks):
+        if (reached := protected_overlap(path, protected)) is not None:
+            raise ValueError(
+                f"{field} ({path}) reaches {reached}: the stack's credentials and its services' "
+                "data are never a task source or a wheelhouse"
+            )
 
 
 class PolicyConfig(_Part):
@@ -396,4 +464,9 @@ def load_run_config(path: Path | None, overrides: list[str] = ()) -> RunConfig:
                 f"{path}: a run config is a mapping, not {type(document).__name__}"
             )
     config = parse_run_config(apply_overrides(document, list(overrides)))
-    return config.model_copy(update={"tasks": config.tasks.with_absolute_paths(Path.cwd())})
+    tasks = config.tasks.with_absolute_paths(Path.cwd())
+    try:
+        check_task_paths(tasks)
+    except ValueError as error:
+        raise RunConfigError(f"invalid run config: {error}") from None
+    return config.model_copy(update={"tasks": tasks})

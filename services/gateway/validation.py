@@ -6,7 +6,10 @@ and initial checkpoint from the paths its config names: a caller must not choose
 directory elsewhere on the host, so those paths must lie under the gateway's run directory.
 The run's task sources and wheelhouse (`tasks.sources`, `tasks.packages.wheelhouse`) are
 read by its workers and the reward service, which may run elsewhere: they must lie under
-the run directory too, or on the shared task volume (`/shared/tasks`) on a cluster.
+the run directory too, or on the shared task volume (`/shared/tasks`) on a cluster, and
+never in or around what the stack keeps there besides (its credentials, the environment's
+sessions, Redis's data, the logs: etude.common.run_config.protected_dirs): builds of the
+tasks run their repositories' code, and sessions open them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from etude.common.run_config import RunConfig, TasksConfig
+from etude.common.run_config import (
+    RunConfig,
+    TasksConfig,
+    check_task_paths,
+    protected_dirs,
+    stack_protected_dirs,
+)
 from etude.gateway.config import GatewaySettings
 from etude.tasks.provisioning import SHARED_TASKS_DIR
 
@@ -84,4 +93,8 @@ def _confined_sources(tasks: TasksConfig, run_dir: Path) -> TasksConfig:
             )
         return real
 
-    return tasks.with_paths(confined)
+    confined_tasks = tasks.with_paths(confined)
+    # The stack's own directories, and the same names under the gateway's run directory
+    # where that is another one.
+    check_task_paths(confined_tasks, (*stack_protected_dirs(), *protected_dirs(run_dir)))
+    return confined_tasks

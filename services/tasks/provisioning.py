@@ -8,9 +8,13 @@ registered with its task set (etude.tasks.taskset.RunTasks) so that rollout work
 trainer's own episodes and the reward service prepare a task alike, wherever they run.
 
 Preparing a task builds its repository (etude.tasks.materialize) and, where the run wants
-one, its environment (`python_environment`, etude.tasks.pyenv) under the same cache
-directory (`<cache>/envs`); both are built once and found again by later calls, from any
-process.
+one, its environment (`python_environment`, etude.tasks.pyenv, in a sandbox) under the same
+cache directory (`<cache>/envs`); both are built once and found again by later calls, from
+any process.
+
+A run's sources and wheelhouse never reach the stack's credentials or its services' data
+(etude.common.run_config.protected_dirs): checked when the run's config is read and again
+wherever a process reads what the run registered, with that process's own stack.
 """
 
 from __future__ import annotations
@@ -19,7 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from etude.common.run_config import TasksConfig
+from etude.common.run_config import (
+    PackagesConfig,
+    SourcesConfig,
+    TasksConfig,
+    check_task_paths,
+)
 from etude.tasks.materialize import BUNDLED_PREFIX, PROJECTS_DIR
 from etude.tasks.pyenv import PackageSource, environment_for
 from etude.tasks.sources import RepositorySources
@@ -45,11 +54,13 @@ class TaskProvisioning:
     @classmethod
     def from_config(cls, config: TasksConfig) -> TaskProvisioning:
         """What a run config says (its relative paths read as they stand: a config loaded by
-        etude.common.run_config.load_run_config holds absolute ones)."""
-        sources = config.sources
+        etude.common.run_config.load_run_config holds absolute ones); ValueError naming a
+        path that reaches the stack's own directories."""
+        check_task_paths(config)
+        sources, packages = config.sources, config.packages
         return cls(
             RepositorySources(dict(sources.repositories), sources.checkouts, sources.projects),
-            PackageSource(config.packages.wheelhouse, config.packages.index_url),
+            PackageSource(packages.wheelhouse, packages.index_url, packages.index_hosts),
             config.environments,
         )
 
@@ -61,21 +72,24 @@ class TaskProvisioning:
             "projects": [str(p) for p in sources.projects],
             "wheelhouse": None if wheelhouse is None else str(wheelhouse),
             "index_url": self.packages.index_url,
+            "index_hosts": list(self.packages.index_hosts),
             "environments": self.environments,
         }
 
     @classmethod
     def from_json(cls, document: dict[str, Any]) -> TaskProvisioning:
-        """The inverse of `to_json`; ValueError names what is malformed."""
+        """The inverse of `to_json`; ValueError names what is malformed, or a path that
+        reaches this process's stack's own directories."""
         try:
             environments = document["environments"]
             if environments not in get_args(Environments):
                 raise ValueError(f"environments {environments!r} is not one of auto, off")
             wheelhouse = document["wheelhouse"]
             packages = PackageSource(
-                None if wheelhouse is None else Path(wheelhouse), document["index_url"]
-            )
-            return cls(
+                None if wheelhouse is None else Path(wheelhouse), document["index_url"],
+                tuple(str(h) for h in document.get("index_hosts", ())),
+            )  # fmt: skip
+            provisioning = cls(
                 RepositorySources(
                     {str(n): Path(p) for n, p in document["repositories"].items()},
                     tuple(Path(p) for p in document["checkouts"]),
@@ -87,6 +101,22 @@ class TaskProvisioning:
         except (KeyError, TypeError, AttributeError) as error:
             problem = f"{type(error).__name__}: {error}"
             raise ValueError(f"malformed task provisioning: {problem}") from None
+        provisioning.check_paths()
+        return provisioning
+
+    def check_paths(self) -> None:
+        """ValueError naming a source or wheelhouse that reaches this process's stack's own
+        directories (its credentials, the environment's sessions, Redis's data, its logs)."""
+        sources = self.sources
+        check_task_paths(
+            TasksConfig(
+                sources=SourcesConfig(
+                    repositories=dict(sources.repositories), checkouts=sources.checkouts,
+                    projects=sources.projects,
+                ),
+                packages=PackagesConfig(wheelhouse=self.packages.wheelhouse),
+            )
+        )  # fmt: skip
 
     def wants_environment(self, task: Task) -> bool:
         """Bundled tasks run on the interpreter etude runs on: their projects need nothing

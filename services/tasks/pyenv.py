@@ -13,8 +13,15 @@ version at import.
 
 A virtual environment cannot move (its scripts name their own path), so it is built where
 it stays, under a lock, and marked complete last; a build that died half-way is redone.
-Sandboxes see it read-only at the same path. Building runs the project's build backend on
-the host: repositories are the operator's, not the agent's.
+Sandboxes see it read-only at the same path.
+
+A task's repository is data from the internet, and installing it runs its code (`setup.py`,
+a build backend, the packages it names): every step that does runs in a sandbox
+(etude.tasks.pyenv_build), with the index reachable through a proxy and nothing else
+(etude.tasks.index_proxy). pip receives package requirements only: each entry the task
+names is checked to be one (`name[extras] specifier; marker`, never an option, a path or a
+URL), and the requirements files of the repository hold nothing that chooses another
+package source or reaches outside the repository.
 
 The environment holds no pytest (it is made `--without-pip`, from the interpreter running
 etude, and holds only the project's dependencies). So that `python -m pytest` works in a
@@ -34,16 +41,25 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import site
+import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
+from etude.common.run_config import protected_overlap, stack_protected_dirs
+from etude.sandbox.bwrap import SandboxUnavailableError
+from etude.tasks.index_proxy import IndexHostError, IndexProxy, index_hosts
 from etude.tasks.materialize import PROJECTS_DIR, MaterializeError, materialize
+from etude.tasks.pyenv_build import BuildPaths, BuildSandbox, default_build_sandbox
 from etude.tasks.pyenv_marker import (
     MARKER,
     RUNNING_PYTHON,
@@ -74,12 +90,9 @@ class PackageSource:
     wheelhouse: Path | None = None
     """A directory of wheels and sdists; when set, the only source (no network)."""
     index_url: str | None = None
-    """A package index; unset, pip's own configuration (PyPI by default)."""
-
-    def pip_args(self) -> list[str]:
-        if self.wheelhouse is not None:
-            return ["--no-index", "--find-links", str(self.wheelhouse.resolve())]
-        return ["--index-url", self.index_url] if self.index_url else []
+    """A package index; unset, PyPI."""
+    index_hosts: tuple[str, ...] = ()
+    """Other `host[:port]` the index serves files from, which builds may reach too."""
 
 
 def environment_commit(task: Task) -> str:
@@ -95,11 +108,13 @@ def environment_for(
     sources: RepositorySources | None = None,
     projects_dir: Path = PROJECTS_DIR,
     workspace: str = WORKSPACE,
+    sandbox: BuildSandbox | None = None,
 ) -> PythonEnvironment:
     """The task's environment, its repository at the environment commit materialized into
     `cache_dir` first (etude.tasks.materialize). A task synthesized from a project shares
     its project's: built from the project as given (`sources.projects`), the one
-    `etude tasks synth --environment` built, whichever of its tasks comes first."""
+    `etude tasks synth --environment` built, whichever of its tasks comes first.
+    `sandbox`: where builds run (default: this process's, `ETUDE_SANDBOX__*`)."""
     project_hash = task.metadata.get("project_hash")
     if task.metadata.get("origin") and project_hash and not task.setup.environment_setup_commit:
         of_project = replace(task, base_commit=str(project_hash))
@@ -110,13 +125,14 @@ def environment_for(
         try:
             with source_of(task, projects) as project:
                 return build_environment(
-                    of_project, project.root, envs_dir, packages, workspace=workspace
-                )
+                    of_project, project.root, envs_dir, packages, workspace=workspace,
+                    sandbox=sandbox,
+                )  # fmt: skip
         except SourceError as error:
             raise MaterializeError(f"{task.id}: {error}") from error
     at_commit = replace(task, base_commit=environment_commit(task))
     tree = materialize(at_commit, cache_dir, projects_dir, sources=sources)
-    return build_environment(task, tree, envs_dir, packages, workspace=workspace)
+    return build_environment(task, tree, envs_dir, packages, workspace=workspace, sandbox=sandbox)
 
 
 def build_environment(
@@ -127,9 +143,11 @@ def build_environment(
     *,
     workspace: str = WORKSPACE,
     timeout_s: float = 1800.0,
+    sandbox: BuildSandbox | None = None,
 ) -> PythonEnvironment:
     """The environment of `task` under `envs_dir`, built from `tree` (the repository at
-    `environment_commit(task)`) unless already there."""
+    `environment_commit(task)`) unless already there, in `sandbox` (default: this
+    process's)."""
     root, spec = _place(task, envs_dir, workspace)
     envs_dir.mkdir(parents=True, exist_ok=True)
     with _locked(envs_dir / f".{root.name}.lock"):
@@ -137,13 +155,11 @@ def build_environment(
             return read_environment(root)
         shutil.rmtree(root, ignore_errors=True)  # a build that died half-way
         try:
-            built = _build(task, tree, root, spec["python"], packages, spec, timeout_s)
+            built = _build(task, tree, root, packages, spec, timeout_s, sandbox)
+            _write_marker(root, json.dumps({"spec": spec, **built}, indent=1))
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
-        marker = root / f".{MARKER}.partial"
-        marker.write_text(json.dumps({"spec": spec, **built}, indent=1))
-        marker.rename(root / MARKER)
     return replace(read_environment(root), built=True)
 
 
@@ -204,114 +220,367 @@ def _build(
     task: Task,
     tree: Path,
     root: Path,
-    python: str,
     packages: PackageSource,
     spec: dict,
     timeout_s: float,
+    sandbox: BuildSandbox | None,
 ) -> dict:
     """Build the environment at `root`; the marker's description of it: the `name==version`
     of what it holds, its site-packages and its Python version."""
-
-    def run(*args: str, what: str, cwd: Path | None = None) -> None:
-        try:
-            done = subprocess.run(
-                args, capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
-                env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise EnvironmentBuildError(f"{task.id}: {what} took over {timeout_s:.0f} s") from None
-        if done.returncode != 0:
-            said = (done.stderr.strip() or done.stdout.strip())[-2000:]
-            raise EnvironmentBuildError(f"{task.id}: {what} failed: {said}")
-
-    run(python, "-m", "venv", "--without-pip", str(root), what="creating the environment")
-    env_python = str(root / "bin" / "python")
-    # pip of the service, pointed at the environment: the environment itself needs none.
-    pip = [sys.executable, "-m", "pip", "--python", env_python]
+    named = [_requirement(task, entry, "pip_packages") for entry in task.setup.pip_packages]
+    named += [_requirement(task, entry, "packages") for entry in _named_packages(task)]
+    wheelhouse = _wheelhouse(task, packages)
+    allowed = _allowed_hosts(task, packages) if wheelhouse is None else None
+    try:
+        sandbox = sandbox or default_build_sandbox()
+    except SandboxUnavailableError as error:
+        raise EnvironmentBuildError(f"{task.id}: no sandbox to build in: {error}") from None
+    _create_venv(task, spec["python"], root)
+    purelib = sysconfig.get_paths("venv", vars={"base": str(root), "platbase": str(root)})[
+        "purelib"
+    ]
     with tempfile.TemporaryDirectory(prefix="etude-pyenv-") as scratch:
         # A copy to build from: builds write into their source (build/, *.egg-info), and
-        # `tree` may be the repository sessions open.
-        source = Path(scratch) / "project"
-        shutil.copytree(tree, source, ignore=shutil.ignore_patterns(*IGNORED))
-        report = Path(scratch) / "report.json"
-        wanted = [*_requirement_files(task, source), *task.setup.pip_packages]
+        # `tree` may be the repository sessions open. Its symlinks stay links: followed,
+        # one to a host file would bring that file's content into the sandbox.
+        source = Path(scratch, "project")
+        shutil.copytree(tree, source, symlinks=True, ignore=shutil.ignore_patterns(*IGNORED))
+        Path(scratch, "build").mkdir()
+        files = _requirement_files(task, source)
+        proxied = allowed is not None and sandbox.bwrap is not None
+        paths = BuildPaths(
+            str(source), str(Path(scratch, "build")), str(root),
+            None if wheelhouse is None else str(wheelhouse),
+            str(Path(scratch, "index.sock")) if proxied else None,
+        )  # fmt: skip
+        seen = sandbox.seen(paths)
+
+        def run(command: list[str], what: str, proxy: IndexProxy | None = None) -> None:
+            code, output = sandbox.run(command, paths, timeout_s)
+            if code is None:
+                raise EnvironmentBuildError(f"{task.id}: {what} took over {timeout_s:.0f} s")
+            if code != 0:
+                refused = ""
+                if proxy is not None and proxy.refused:
+                    hosts = ", ".join(sorted(set(proxy.refused))[:5])
+                    refused = f" (not the package index's hosts, refused: {hosts})"
+                raise EnvironmentBuildError(
+                    f"{task.id}: {what} failed: {output.strip()[-2000:]}{refused}"
+                )
+
+        # pip of the service, pointed at the environment: the environment itself needs none.
+        pip = [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python")]
+        wanted = [*(arg for name in files for arg in ("-r", f"{seen.source}/{name}")), *named]
         if any((source / f).is_file() for f in ("pyproject.toml", "setup.py", "setup.cfg")):
-            wanted.append(str(source))  # else a tree of modules, not a distribution
-        installed = []
+            wanted.append(seen.source)  # else a tree of modules, not a distribution
+        installed: list[dict] = []
         if wanted:
-            # From the project's directory: requirements files name paths (`-e .`) so.
-            run(
-                *pip, "install", "--no-input", "--report", str(report), *packages.pip_args(),
-                *wanted, what="installing the project and its dependencies", cwd=source,
+            index = (
+                ["--no-index", "--find-links", seen.wheelhouse] if seen.wheelhouse
+                else ["--index-url", packages.index_url] if packages.index_url else []
             )  # fmt: skip
-            installed = json.loads(report.read_text())["install"]
-        own = [
-            item["metadata"]["name"] for item in installed
-            if item.get("download_info", {}).get("url") == source.resolve().as_uri()
-        ]  # fmt: skip
-        if str(source) in wanted and not own:  # left in, it would shadow the workspace
+            report = f"{seen.scratch}/report.json"
+            with contextlib.ExitStack() as stack:
+                proxy = None
+                if allowed is not None and paths.index_socket is not None:
+                    proxy = stack.enter_context(IndexProxy(Path(paths.index_socket), allowed))
+                # From the project's directory: requirements files name paths (`-e .`) so.
+                run(
+                    [*pip, "install", "--no-cache-dir", "--report", report, *index, *wanted],
+                    "installing the project and its dependencies", proxy,
+                )  # fmt: skip
+            installed = _read_report(task, Path(paths.scratch, "report.json"))
+        own = [i["name"] for i in installed if i["url"] == Path(seen.source).as_uri()]
+        if seen.source in wanted and not own:  # left in, it would shadow the workspace
             raise EnvironmentBuildError(f"{task.id}: pip's report does not name the project")
         if own:
-            run(*pip, "uninstall", "-y", *own, what="taking the project out again")
-    purelib, version = subprocess.run(
-        [env_python, "-c", "import sys, sysconfig; print(sysconfig.get_paths()['purelib']); "
-         "print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    for item in installed:
-        if item["metadata"]["name"] in own:
-            _metadata_record(Path(purelib), item["metadata"])
-    workspace = spec["workspace"]
-    roots = [workspace] + ([f"{workspace}/src"] if (tree / "src").is_dir() else [])
-    # Each line a directory appended to sys.path after the environment's own site-packages
-    # (the dependencies), in this order: the agent's code, then the runner's packages.
-    lines = ["# The task's repository as sessions see it", *roots,
-             "# The runner's packages (pytest), after everything the project brings",
-             *spec["runner"]]  # fmt: skip
-    Path(purelib, PTH_FILE).write_text("".join(f"{line}\n" for line in lines))
-    held = sorted(
-        f"{i['metadata']['name']}=={i['metadata']['version']}"
-        for i in installed
-        if i["metadata"]["name"] not in own
-    )
-    return {"installed": held, "purelib": purelib, "python_version": version}
+            run([*pip, "uninstall", "-y", *own], "taking the project out again")
+        workspace = spec["workspace"]
+        roots = [workspace] + ([f"{workspace}/src"] if (tree / "src").is_dir() else [])
+        # Each line a directory appended to sys.path after the environment's own
+        # site-packages (the dependencies), in this order: the agent's code, then the
+        # runner's packages.
+        lines = ["# The task's repository as sessions see it", *roots,
+                 "# The runner's packages (pytest), after everything the project brings",
+                 *spec["runner"]]  # fmt: skip
+        written = {PTH_FILE: "".join(f"{line}\n" for line in lines)}
+        for item in installed:
+            if item["name"] in own:
+                written |= _metadata_record(item)
+        # Written in the sandbox too: the build's code may have left symlinks in the
+        # environment that would send a write from the host elsewhere.
+        run([sys.executable, "-I", "-S", "-c", _WRITE_FILES, purelib, json.dumps(written)],
+            "writing the environment's path file")  # fmt: skip
+    _drop_set_id_bits(root)
+    held = sorted(f"{i['name']}=={i['version']}" for i in installed if i["name"] not in own)
+    return {"installed": held, "purelib": purelib, "python_version": RUNNING_PYTHON}
 
 
-def _metadata_record(purelib: Path, metadata: dict) -> None:
+# Run by the interpreter running etude in the sandbox, standard library only:
+# `python -I -S -c _WRITE_FILES DIR '{"relative path": "text", …}'`.
+_WRITE_FILES = """import json, os, sys
+for name, text in json.loads(sys.argv[2]).items():
+    path = os.path.join(sys.argv[1], name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)
+"""
+
+
+def _create_venv(task: Task, python: str, root: Path) -> None:
+    """An empty virtual environment at `root`, on the host: the standard library's venv
+    module alone runs, nothing of the repository's."""
+    done = subprocess.run(
+        [python, "-I", "-m", "venv", "--without-pip", str(root)],
+        capture_output=True, text=True, timeout=300, env={"PATH": os.defpath, "LANG": "C.UTF-8"},
+    )  # fmt: skip
+    if done.returncode != 0:
+        said = (done.stderr.strip() or done.stdout.strip())[-2000:]
+        raise EnvironmentBuildError(f"{task.id}: creating the environment failed: {said}")
+
+
+PROJECT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+MAX_REPORT_BYTES = 64 * 1024**2
+
+
+def _read_report(task: Task, path: Path) -> list[dict]:
+    """What pip's report says it installed: name, version, where from, requirements. The
+    report is written in the sandbox, so it is read as untrusted: not through a symlink,
+    bounded, and each name and version checked before either names a file or goes to pip."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ValueError("not a regular file")
+            data = handle.read(MAX_REPORT_BYTES + 1)
+        if len(data) > MAX_REPORT_BYTES:
+            raise ValueError("too large")
+        found = []
+        for item in json.loads(data)["install"]:
+            metadata = item["metadata"]
+            name, version = metadata["name"], metadata["version"]
+            if not (isinstance(name, str) and PROJECT_NAME.fullmatch(name)
+                    and isinstance(version, str) and VERSION.fullmatch(version)):  # fmt: skip
+                raise ValueError(f"a package named {name!r}, version {version!r}")
+            url = (item.get("download_info") or {}).get("url")
+            requires = [" ".join(str(r).split()) for r in metadata.get("requires_dist") or []]
+            python = metadata.get("requires_python")
+            found.append({
+                "name": name, "version": version, "url": url if isinstance(url, str) else "",
+                "requires_dist": requires,
+                **({"requires_python": " ".join(str(python).split())} if python else {}),
+            })  # fmt: skip
+        return found
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise EnvironmentBuildError(
+            f"{task.id}: pip's report of the build is unusable: {type(error).__name__}: "
+            f"{str(error)[:200]}"
+        ) from None
+
+
+def _metadata_record(item: dict) -> dict[str, str]:
     """A record of the project with its metadata and no files (`NAME-VERSION.dist-info`):
     a project that reads its own installed metadata at import
     (`importlib.metadata.version(__name__)`, as humanize does) imports from the workspace.
     Its name, version and requirements only: no entry points, which would load the project
-    (a pytest plugin) where nothing asked for it. pip lists it, and can uninstall it."""
-    name, version = metadata["name"], metadata["version"]
-    info = purelib / f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
-    info.mkdir(exist_ok=True)
+    (a pytest plugin) where nothing asked for it. pip lists it, and can uninstall it. The
+    files it is made of, relative to site-packages."""
+    name, version = item["name"], item["version"]
+    info = f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
     lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
-    lines += [f"Requires-Dist: {r}" for r in metadata.get("requires_dist", [])]
-    if "requires_python" in metadata:
-        lines.append(f"Requires-Python: {metadata['requires_python']}")
-    (info / "METADATA").write_text("".join(f"{line}\n" for line in lines))
-    (info / "INSTALLER").write_text("etude\n")
+    lines += [f"Requires-Dist: {r}" for r in item["requires_dist"]]
+    if "requires_python" in item:
+        lines.append(f"Requires-Python: {item['requires_python']}")
     written = ["METADATA", "INSTALLER", "RECORD"]
-    (info / "RECORD").write_text("".join(f"{info.name}/{f},,\n" for f in written))
+    return {
+        f"{info}/METADATA": "".join(f"{line}\n" for line in lines),
+        f"{info}/INSTALLER": "etude\n",
+        f"{info}/RECORD": "".join(f"{info}/{f},,\n" for f in written),
+    }
+
+
+def _drop_set_id_bits(root: Path) -> None:
+    """Clear the set-user-id and set-group-id bits the build's code may have set: its files
+    belong to the service's user on the host (root, when the service is), and such a file
+    would run as that user for anyone on the host who can reach it. Every process of the
+    build has ended, so nothing swaps a file for a symlink meanwhile."""
+    for directory, subdirs, names in os.walk(root):
+        for name in [*subdirs, *names]:
+            path = os.path.join(directory, name)
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISLNK(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+                os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+
+
+def _write_marker(root: Path, text: str) -> None:
+    """The marker, written last into a root whose other entries the build's code made:
+    never through a symlink it may have left in its place."""
+    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        partial = f".{MARKER}.partial"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial, dir_fd=directory)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        with os.fdopen(os.open(partial, flags, 0o644, dir_fd=directory), "w") as out:
+            out.write(text)
+        os.rename(partial, MARKER, src_dir_fd=directory, dst_dir_fd=directory)
+    finally:
+        os.close(directory)
+
+
+def _wheelhouse(task: Task, packages: PackageSource) -> Path | None:
+    """The wheelhouse, resolved; never one that reaches the stack's credentials or data
+    (etude.common.run_config.protected_dirs): the build's code reads it."""
+    if packages.wheelhouse is None:
+        return None
+    real = Path(os.path.realpath(packages.wheelhouse))
+    if not real.is_dir():
+        raise EnvironmentBuildError(f"{task.id}: wheelhouse {packages.wheelhouse} is no directory")
+    if (reached := protected_overlap(real, stack_protected_dirs())) is not None:
+        raise EnvironmentBuildError(
+            f"{task.id}: wheelhouse {packages.wheelhouse} reaches {reached}, the stack's own"
+        )
+    return real
+
+
+def _allowed_hosts(task: Task, packages: PackageSource) -> frozenset[tuple[str, int]]:
+    try:
+        return index_hosts(packages.index_url, packages.index_hosts)
+    except IndexHostError as error:
+        raise EnvironmentBuildError(f"{task.id}: {error}") from None
+
+
+# pip reads a requirement that ends like this as a file of the working directory.
+ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz",
+                    ".txz", ".tar.lz", ".tlz")  # fmt: skip
+
+
+def _requirement(task: Task, entry: str, field: str) -> str:
+    """`entry` (of the setup's `field`) as pip receives it: a requirement of a package of
+    the run's index or wheelhouse, `name[extras] specifier; marker`. Never an option
+    (`--target`, `-r`), a path or a URL: pip would take those as orders, or fetch from
+    where the run did not say. A direct reference (`name @ URL`) is refused too: its URL is
+    a package source of the record's choosing."""
+    shown = entry if len(entry) <= 200 else entry[:200] + "…"
+    if not isinstance(entry, str) or entry.strip().startswith("-"):
+        raise EnvironmentBuildError(
+            f"{task.id}: {field} entry {shown!r} is an option, not a package requirement"
+        )
+    try:
+        requirement = Requirement(entry.strip())
+    except InvalidRequirement as error:
+        raise EnvironmentBuildError(
+            f"{task.id}: {field} entry {shown!r} is not a package requirement: {error}"
+        ) from None
+    if requirement.url:
+        raise EnvironmentBuildError(
+            f"{task.id}: {field} entry {shown!r} is a direct reference (name @ URL): packages "
+            "come from the run's index or wheelhouse only"
+        )
+    if requirement.name.lower().endswith(ARCHIVE_SUFFIXES):
+        raise EnvironmentBuildError(
+            f"{task.id}: {field} entry {shown!r} names an archive file, not a package"
+        )
+    return str(requirement)
+
+
+def _named_packages(task: Task) -> list[str]:
+    """SWE-bench's `packages` naming packages (not a requirements or conda file)."""
+    packages = task.setup.packages
+    return packages.split() if packages and not packages.endswith((".txt", ".yml", ".yaml")) else []
 
 
 def _requirement_files(task: Task, source: Path) -> list[str]:
-    """pip arguments for the requirements files the setup names (SWE-bench's `packages`
-    naming a file, SWE-rebench's `reqs_path`); `packages` naming packages adds those."""
+    """The requirements files the setup names (SWE-bench's `packages` naming a file,
+    SWE-rebench's `reqs_path`), relative to the repository at `source`, each checked."""
     packages = task.setup.packages
     if packages.endswith((".yml", ".yaml")):
         raise EnvironmentBuildError(f"{task.id}: conda environments ({packages}) are not built")
     files = [*task.setup.reqs_path, *([packages] if packages.endswith(".txt") else [])]
+    top = source.resolve()
+    checked = []
     for name in files:
-        if not (source / name).resolve().is_relative_to(source.resolve()):
-            raise EnvironmentBuildError(
-                f"{task.id}: requirements file {name} is outside the repository"
-            )
-        if not (source / name).is_file():
-            raise EnvironmentBuildError(f"{task.id}: no requirements file {name} in the repository")
-    named = packages.split() if packages and not packages.endswith(".txt") else []
-    return [arg for name in files for arg in ("-r", str(source / name))] + named
+        real = _check_requirements_file(task, top, top / name, name, set())
+        checked.append(str(real.relative_to(top)))
+    return checked
+
+
+# Option lines a requirements file may hold, and whether each takes a value. Options that
+# choose another package source (`--index-url`, `--find-links`, …) are refused: packages
+# come from the run's index or wheelhouse.
+FILE_OPTIONS = {
+    "-r": True, "--requirement": True, "-c": True, "--constraint": True, "-e": True,
+    "--editable": True, "--pre": False, "--prefer-binary": False, "--only-binary": True,
+    "--no-binary": True,
+}  # fmt: skip
+
+
+def _check_requirements_file(task: Task, top: Path, path: Path, shown: str, seen: set) -> Path:
+    """The real path of the requirements file `path` (named `shown`) and of every file it
+    includes (`-r`, `-c`), each inside the repository at `top`, with no option line but
+    `FILE_OPTIONS`; EnvironmentBuildError naming what is refused. pip reads the files in
+    the sandbox, where a path out of the repository finds nothing of the host: refusing
+    them says so at once, instead of as a missing file."""
+    real = path.resolve()
+    if not real.is_relative_to(top):
+        raise EnvironmentBuildError(
+            f"{task.id}: requirements file {shown} is outside the repository"
+        )
+    if not real.is_file():
+        raise EnvironmentBuildError(f"{task.id}: no requirements file {shown} in the repository")
+    if real in seen:
+        return real
+    seen.add(real)
+    for line in _logical_lines(real.read_text(errors="replace")):
+        if not line.startswith("-"):
+            continue  # a requirement: pip reads it in the sandbox, with the run's index
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            words = [line]
+        index = 0
+        while index < len(words):
+            option, inline, value = words[index].partition("=")
+            if not option.startswith("--") and len(option) > 2:  # -rfile
+                option, inline, value = option[:2], "=", words[index][2:]
+            index += 1
+            if option not in FILE_OPTIONS:
+                raise EnvironmentBuildError(
+                    f"{task.id}: requirements file {shown}: {words[index - 1][:100]!r} is not "
+                    "allowed (only requirements, -r, -c, -e of the repository, --pre, "
+                    "--prefer-binary, --only-binary, --no-binary)"
+                )
+            if FILE_OPTIONS[option] and not inline:
+                value = words[index] if index < len(words) else ""
+                index += 1
+            if "$" in value:
+                raise EnvironmentBuildError(
+                    f"{task.id}: requirements file {shown}: {option} {value[:100]!r} names a "
+                    "variable"
+                )
+            if option in ("-r", "--requirement", "-c", "--constraint"):
+                _check_requirements_file(task, top, real.parent / value, value, seen)
+            elif option in ("-e", "--editable"):
+                target = top / re.sub(r"\[[^\]]*\]$", "", value)
+                if (
+                    "://" in value
+                    or "+" in value.split("/")[0]
+                    or not (target.resolve().is_relative_to(top))
+                ):
+                    raise EnvironmentBuildError(
+                        f"{task.id}: requirements file {shown}: -e {value[:100]!r} is not a "
+                        "directory of the repository"
+                    )
+    return real
+
+
+def _logical_lines(text: str) -> list[str]:
+    """The lines of a requirements file as pip reads them: continuations joined, comments
+    and blank lines dropped."""
+    joined = re.sub(r"\\\r?\n", "", text)
+    lines = (re.sub(r"(^|\s+)#.*$", "", line).strip() for line in joined.splitlines())
+    return [line for line in lines if line]
 
 
 @contextlib.contextmanager

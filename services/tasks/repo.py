@@ -143,6 +143,24 @@ class CommitNotFoundError(LookupError):
     """The source repository does not hold the commit asked for."""
 
 
+# Settings a repository's own `.git/config` could use to make the git commands here run a
+# program (a hook, an fsmonitor, an alternates command, an `ext::` transport): overridden on
+# every one, since a task's source repository is data from the internet. `-c` wins over the
+# repository's configuration and reaches the git processes the command starts (the
+# `upload-pack` of a fetch from a path runs in the source repository). Filters and diff
+# drivers need no override: only the repositories made here are checked out, and their
+# configuration is etude's.
+SAFE_GIT_CONFIG = (
+    "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.alternateRefsCommand=true",
+    "protocol.ext.allow=never",
+)  # fmt: skip
+
+
+def safe_git(*args: str) -> list[str]:
+    """The argv of `git args…` with `SAFE_GIT_CONFIG`."""
+    return ["git", *(word for setting in SAFE_GIT_CONFIG for word in ("-c", setting)), *args]
+
+
 # A full object id (SHA-1 or SHA-256): anything else handed to git as a revision could
 # be an abbreviation that resolves differently, or an option (`--upload-pack=…`).
 OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
@@ -164,7 +182,7 @@ def export_commit(source: Path, commit: str, workdir: Path) -> str:
     if not source.is_dir():
         raise CommitNotFoundError(f"no repository at {source}")
     probe = subprocess.run(
-        ["git", "cat-file", "-e", f"{commit}^{{commit}}"],
+        safe_git("cat-file", "-e", f"{commit}^{{commit}}"),
         cwd=source, env=_git_env(source), capture_output=True,
     )  # fmt: skip
     if probe.returncode != 0:
@@ -227,7 +245,7 @@ def _git(workdir: Path, extra: dict[str, str] | None = None):
 
     def git(*args: str) -> str:
         done = subprocess.run(
-            ["git", "-c", "core.autocrlf=false", *args],
+            safe_git("-c", "core.autocrlf=false", *args),
             cwd=workdir, env=env, capture_output=True,
         )  # fmt: skip
         if done.returncode != 0:

@@ -11,6 +11,9 @@ a mirror). Only the task's base commit is ever taken out of it
 A task synthesized from a project path (`metadata.origin`) is rebuilt from that project
 given again: one of `projects`, a directory or an sdist, matched on the project's name and
 content hash (etude.tasks.synth.sources.source_of).
+
+A repository found here is never one that reaches the stack's credentials or its services'
+data (etude.common.run_config.protected_dirs), symlinks resolved when it is looked up.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 # Re-exported: the task tools check `owner/name` arguments with it.
 from etude.common.repository_names import is_repository_name
+from etude.common.run_config import protected_overlap, stack_protected_dirs
 
 
 class SourceNotFoundError(LookupError):
@@ -64,7 +68,7 @@ class RepositorySources:
             named = self.repositories[repo]
             if not is_repository(named):
                 raise SourceNotFoundError(f"{repo}: {named} is not a git repository")
-            return named
+            return unprotected(repo, named)
         if not is_repository_name(repo):
             raise SourceNotFoundError(f"{repo!r} is not an owner/name repository name")
         if not self.checkouts:
@@ -76,9 +80,18 @@ class RepositorySources:
         for directory in self.checkouts:
             for name in names:
                 if is_repository(directory / name):
-                    return directory / name
+                    return unprotected(repo, directory / name)
         looked = ", ".join(str(d) for d in self.checkouts)
         raise SourceNotFoundError(f"{repo}: no {' or '.join(names)} in {looked}")
+
+
+def unprotected(what: str, path: Path) -> Path:
+    """`path`, unless it reaches the stack's own directories; SourceNotFoundError then."""
+    if (reached := protected_overlap(path, stack_protected_dirs())) is not None:
+        raise SourceNotFoundError(
+            f"{what}: {path} reaches {reached}, the stack's own, which is never a task's source"
+        )
+    return path
 
 
 def is_repository(path: Path) -> bool:

@@ -24,7 +24,8 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from etude.tasks.repo import IGNORED
+from etude.tasks.repo import IGNORED, safe_git
+from etude.tasks.sources import SourceNotFoundError, unprotected
 from etude.tasks.synth.suite import discover
 from etude.tasks.synth.synthesize import Project
 from etude.tasks.task import Task
@@ -86,21 +87,34 @@ def _project(root: Path, origin: dict[str, str]) -> Project:
 
 def _files(root: Path) -> list[str]:
     """The project's files: what git tracks or would track in a repository (untracked
-    files count, ignored ones do not), else everything outside environments and caches."""
+    files count, ignored ones do not), else everything outside environments and caches;
+    never a symlink that leads out of the project (its target's content would be copied
+    into every task and sandbox made from it)."""
     if (root / ".git").exists():
+        # The project's own git configuration is the project's: nothing it names may run
+        # (`core.fsmonitor` runs a program on `ls-files`), nor any of the host's.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env |= {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
         done = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=root, capture_output=True,
+            safe_git("ls-files", "-z", "--cached", "--others", "--exclude-standard"),
+            cwd=root, capture_output=True, env=env,
         )  # fmt: skip
         if done.returncode == 0:
             names = {n for n in done.stdout.decode(errors="replace").split("\0") if n}
-            return sorted(n for n in names if (root / n).is_file() and not _skipped(n))
+            return sorted(
+                n for n in names if (root / n).is_file() and not _skipped(n) and _within(root, n)
+            )
     found = []
     for directory, subdirs, names in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if not _skipped(d))
         relative = Path(directory).relative_to(root)
         found += [str(relative / n) for n in names if not _skipped(n) and not n.endswith(".pyc")]
-    return sorted(p.removeprefix("./") for p in found)
+    return sorted(p.removeprefix("./") for p in found if _within(root, p.removeprefix("./")))
+
+
+def _within(root: Path, name: str) -> bool:
+    """Whether `name` (relative) stays inside `root` with its symlinks resolved."""
+    return Path(os.path.realpath(root / name)).is_relative_to(os.path.realpath(root))
 
 
 def _skipped(path: str) -> bool:
@@ -141,6 +155,10 @@ def source_of(task: Task, paths: Iterable[Path]) -> Iterator[Project]:
     wanted, expected = task.metadata.get("project"), task.metadata.get("project_hash")
     differing = []
     for path in paths:
+        try:
+            unprotected(str(wanted), path)
+        except SourceNotFoundError as error:
+            raise SourceError(str(error)) from None
         with opened(path) as project:
             if project.name != wanted:
                 continue
