@@ -39,6 +39,15 @@ class RewardConfig(Section):
     on changed lines)."""
     test_edit_penalty: float = Field(default=0.0, ge=0)
     """Subtracted when the patch touches test files (their edits are discarded either way)."""
+    max_patch_expanded_bytes: int = Field(default=64 * 1024**2, ge=1024**2)
+    """What applying a patch may write (binary data inflated, copies of files included),
+    checked before anything is written; a larger patch scores 0 with the reason."""
+    canary_odds: int = Field(default=1000, ge=2)
+    """Canaries are copies of the hidden tests with the expected value changed
+    (etude.reward.canaries): a forger that guesses which copy of each test is the real one
+    succeeds at most once in this many gradings, where the suite has enough tests."""
+    canary_copies: int = Field(default=15, ge=1, le=32)
+    """Changed copies of one hidden test at most (each adds a run of that test)."""
 
 
 class RewardSettings(SandboxSettings):

@@ -22,15 +22,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from etude.reward.canaries import plant, violation
+from etude.reward.canaries import plant
 from etude.reward.changes import changed_paths, regular_file, restore
 from etude.reward.config import RewardConfig
 from etude.reward.functions import REWARD_FUNCTIONS, Outcome
+from etude.reward.patch_size import PatchTooLarge, check_expansion
 from etude.reward.tamper import added_lines, decode, is_reverted, runner_access
 from etude.reward.types import Score
 from etude.sandbox.bwrap import Bwrap
 from etude.sandbox.config import SandboxConfig
-from etude.tasks.grading_config import UnsupportedTestCommand
+from etude.tasks.grading_config import UnsupportedTestCommand, command_args
 from etude.tasks.materialize import materialize
 from etude.tasks.provisioning import TaskProvisioning, python_environment
 from etude.tasks.repo import PatchError, apply_patch
@@ -106,7 +107,10 @@ class Grader:
             workdir = Path(scratch) / "repo"
             shutil.copytree(base, workdir, symlinks=True)
             try:
+                check_expansion(patch, workdir, self.config.max_patch_expanded_bytes)
                 apply_patch(workdir, patch)
+            except PatchTooLarge as error:
+                return Score(0.0, components, error=str(error))
             except PatchError as error:
                 return Score(0.0, components, error=f"the patch does not apply: {error}")
             hidden = set(patched_files(task.test_patch))
@@ -131,19 +135,25 @@ class Grader:
                 {t.split("::")[0] for t in (*task.fail_to_pass, *task.pass_to_pass)}
             )
             present = [f for f in test_files if regular_file(workdir, f) is not None]
-            canaries, canary_module = plant(workdir, present)
             try:
+                planting = plant(
+                    workdir, present, task.fail_to_pass, task.pass_to_pass,
+                    odds=self.config.canary_odds, max_copies=self.config.canary_copies,
+                    keep_names=_selects_by_name(task.test_command),
+                )  # fmt: skip
                 run = run_pytest(
                     workdir, task.test_command, bwrap=self.bwrap, config=self.sandbox,
                     timeout_s=self.config.timeout_seconds,
-                    test_paths=(canary_module, *present), options_from=base,
+                    test_paths=(planting.module, *present), options_from=base,
                     python_environment=environment,
                 )  # fmt: skip
             except UnsupportedTestCommand as error:
                 return Score(0.0, components, error=str(error))
         components["test_seconds"] = run.seconds
-        fail_to_pass = {t: run.passed(t) for t in task.fail_to_pass}
-        pass_to_pass = {t: run.passed(t) for t in task.pass_to_pass}
+        components["canaries"] = float(len(planting.canaries))
+        outcomes = planting.outcomes(run)
+        fail_to_pass = {t: outcomes.get(t) == "passed" for t in task.fail_to_pass}
+        pass_to_pass = {t: outcomes.get(t) == "passed" for t in task.pass_to_pass}
         components |= {
             "fail_to_pass_passed": float(sum(fail_to_pass.values())),
             "fail_to_pass_total": float(len(fail_to_pass)),
@@ -158,8 +168,7 @@ class Grader:
         # canary reported otherwise than planted is still a forgery, whatever the run says
         # of itself, and `suite_error` is only ever set for a run that reported its end.
         broken = run.suite_error
-        checked = [c for c in canaries if c.test_id in run.outcomes] if broken else canaries
-        if problem := violation(run, checked):
+        if problem := planting.violation(run):
             components["tampered"] = 1.0
             return Score(0.0, components, fail_to_pass, pass_to_pass, error=f"tampered: {problem}")
         if broken:
@@ -193,3 +202,12 @@ class Grader:
         for path in patched_files(task.test_patch):
             restore(base, workdir, path)
         apply_patch(workdir, task.test_patch)
+
+
+def _selects_by_name(command: str) -> bool:
+    """Whether the task's pytest command picks tests by name (`-k`): its tests keep their
+    names then."""
+    try:
+        return any(a == "-k" or a.startswith("-k") for a in command_args(command))
+    except UnsupportedTestCommand:
+        return False

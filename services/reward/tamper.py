@@ -16,7 +16,10 @@ Two policies, chosen so a forged reward buys nothing:
   (on lines it adds, or more of a kind than the base file had), so a project's own use
   of such code does not fail every fix of it. The check is AST-based and sees through
   cheap obfuscation (aliases, `getattr` with strings, `__import__`, `import_module`);
-  it cannot see everything, which is why canary tests also judge the outcome.
+  it cannot see everything, which is why canary tests (copies of the hidden tests a
+  forger cannot tell from them) judge the outcome: they are the main layer, this one
+  stops the cheap attempts. Archives (a zip on `sys.path` imports code no check reads)
+  and compiled modules are refused outright.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import difflib
 import io
 import re
 import tokenize
+import zipfile
 from collections import Counter
 from dataclasses import dataclass
 
@@ -38,6 +42,7 @@ INFRA_NAMES = {
 # anywhere could shadow it for a test that puts its own directory on `sys.path`.
 SHADOWED = {"pytest", "_pytest", "pluggy", "py", "iniconfig"}
 COMPILED = (".so", ".pyd", ".dylib", ".dll")
+ARCHIVES = (".zip", ".egg", ".whl", ".pyz", ".pyzw", ".jar")
 
 
 def is_reverted(path: str) -> bool:
@@ -55,7 +60,8 @@ def is_reverted(path: str) -> bool:
 _MODULES = {
     "pytest", "_pytest", "pluggy", "py", "builtins", "__builtin__", "ctypes", "_ctypes",
     "cffi", "atexit", "runpy", "marshal", "site", "imp", "_imp", "importlib",
-    "_testcapi", "_xxsubinterpreters", "_interpreters", "bdb", "pdb", "trace",
+    "_testcapi", "_xxsubinterpreters", "_interpreters", "bdb", "pdb", "trace", "gc",
+    "zipimport",
 }  # fmt: skip
 _ALLOWED_SUBMODULES = {"importlib.metadata", "importlib.resources"}
 # Attributes that are runner access on whatever object they are read from.
@@ -66,11 +72,20 @@ _ATTRIBUTES = {
     "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "gi_frame", "cr_frame",
     "ag_frame", "__subclasses__", "__globals__", "__builtins__", "_exit", "addaudithook",
     "import_module", "__import__", "walk_stack", "walk_tb", "_getframemodulename",
+    # A builtin function's `__self__` is the builtins module; code objects, closures,
+    # loaders and base classes lead to everything else.
+    "__self__", "__code__", "__closure__", "__loader__", "__spec__", "__base__",
+}  # fmt: skip
+# Attribute names that are modules of the runner or the interpreter's machinery: reached as
+# an attribute of any other module (`logging.sys.modules`), they are an import in disguise.
+_MODULE_NAMES = {
+    "sys", "gc", "builtins", "__builtin__", "importlib", "ctypes", "inspect", "pytest",
+    "_pytest", "pluggy", "zipimport",
 }  # fmt: skip
 # Attributes that are runner access only on these modules (too common a name elsewhere).
 _MODULE_ATTRIBUTES = {
-    "sys": {"modules", "monitoring", "__dict__"},
-    "inspect": {"stack", "trace", "getframeinfo", "__dict__"},
+    "sys": {"modules", "monitoring", "path", "__dict__"},
+    "inspect": {"stack", "trace", "getframeinfo", "getmembers", "__dict__"},
     "os": {"__dict__"},
     "gc": {"__dict__"},
     "types": {"CodeType", "FunctionType", "FrameType", "__dict__"},
@@ -166,6 +181,8 @@ class _Visitor(ast.NodeVisitor):
         module = self.aliases.get(node.value.id) if isinstance(node.value, ast.Name) else None
         if node.attr in _ATTRIBUTES or node.attr in _MODULE_ATTRIBUTES.get(module or "", ()):
             self.flag(node, f"uses .{node.attr}")
+        elif node.attr in _MODULE_NAMES:
+            self.flag(node, f"reaches the module {node.attr} as an attribute")
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -202,6 +219,11 @@ def _findings(source: bytes) -> list[tuple[int, int, str, tuple[int, ...]]] | No
     return visitor.found
 
 
+def _is_zip(content: bytes) -> bool:
+    """Whether `content` is a zip archive as zipimport finds one: by its end record."""
+    return zipfile.is_zipfile(io.BytesIO(content))
+
+
 def decode(source: bytes) -> str:
     """Source text as Python reads it (its coding cookie honoured)."""
     try:
@@ -225,6 +247,10 @@ def runner_access(path: str, before: bytes | None, after: bytes) -> list[Finding
     """What the patch's version of one file newly does to the test runner."""
     if path.endswith(COMPILED):
         return [Finding(path, 0, "adds a compiled extension module")]
+    if path.endswith(ARCHIVES) or _is_zip(after):
+        # zipimport reads any file on sys.path that is a zip, whatever its name: code in
+        # one is code the check above cannot read. (Only changed files are checked.)
+        return [Finding(path, 0, "adds an archive Python can import code from")]
     if not path.endswith(".py"):
         return []
     found = _findings(after)

@@ -64,12 +64,21 @@ def _message(report):
 
 
 class Reporter:
-    """A pytest plugin: every test phase and every failed collection, as it happens."""
+    """A pytest plugin: every test phase and every failed collection, as it happens, with
+    what a failed test's call raised (the class names of its MRO: canaries must fail for
+    the reason their site expects)."""
 
     def __init__(self, channel):
         self.channel = channel
+        self.raised = {}
+
+    def pytest_runtest_makereport(self, item, call):
+        if call.when == "call" and call.excinfo is not None:
+            self.raised[item.nodeid] = [c.__name__ for c in call.excinfo.type.__mro__]
+        # None: pytest's own implementation makes the report.
 
     def pytest_runtest_logreport(self, report):
+        raised = self.raised.pop(report.nodeid, []) if report.when == "call" else []
         self.channel.send(
             {
                 "kind": "test",
@@ -78,6 +87,7 @@ class Reporter:
                 "outcome": report.outcome,
                 "xfail": hasattr(report, "wasxfail"),
                 "message": _message(report) if report.failed else "",
+                "raised": raised if report.failed else [],
             }
         )
 
@@ -127,6 +137,10 @@ def main(spec):
         os.environ.pop(variable, None)
     os.environ.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     pytest = _import_runner()
+    # Before pytest's own implementation, which answers the hook first.
+    Reporter.pytest_runtest_makereport = pytest.hookimpl(tryfirst=True)(
+        Reporter.pytest_runtest_makereport
+    )
     # From here on, bytecode is looked up under a prefix that cannot exist: the runner came
     # from the read-only system's own caches (compiling it afresh cost most of a grading),
     # but the tree's `__pycache__` may hold planted bytecode, so its modules compile from

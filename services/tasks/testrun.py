@@ -70,6 +70,8 @@ class TestRun:
     problem: str = ""
     """Why the channel cannot be trusted (a record with a bad seal, out of order, too
     much data), else empty."""
+    raised: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """node id of a failed test → the class names of what its call raised (its MRO)."""
 
     def passed(self, test_id: str) -> bool:
         return self.outcomes.get(test_id) == "passed"
@@ -187,7 +189,7 @@ def run_pytest(
         return TestRun(timed_out=True, seconds=seconds, output=text)
     return TestRun(
         reader.outcomes(), reader.messages, process.returncode, False, seconds, text,
-        reader.collection_errors, reader.done, reader.problem,
+        reader.collection_errors, reader.done, reader.problem, reader.raised,
     )  # fmt: skip
 
 
@@ -288,6 +290,7 @@ class _ChannelReader(threading.Thread):
         self.phases: dict[str, dict[str, dict]] = {}
         self.messages: dict[str, str] = {}
         self.collection_errors: dict[str, str] = {}
+        self.raised: dict[str, tuple[str, ...]] = {}
         self.done = False
         self.problem = ""
         self._expected_seq = 0
@@ -325,6 +328,8 @@ class _ChannelReader(threading.Thread):
         self._expected_seq += 1
         if record["kind"] == "test":
             self.phases.setdefault(record["nodeid"], {})[record["when"]] = record
+            if record["when"] == "call" and record.get("raised"):
+                self.raised[record["nodeid"]] = tuple(map(str, record["raised"]))
         elif record["kind"] == "collect":
             self.collection_errors[record["nodeid"]] = record["message"]
         elif record["kind"] == "done":
