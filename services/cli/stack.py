@@ -10,11 +10,17 @@ first start and reused after, so an `etude train` or `etude runs` joining a runn
 holds valid ones), and Redis a password in its data directory. Each service is told where
 the tokens are and which role it presents (its own: the environment calls search as
 `environment`); authentication is always on for what the stack starts.
+
+Before anything starts, the stack reclaims what killed services left on this host (a
+`kill -9`, a crash): the environment's sessions under its root, and the cgroups of
+sessions and gradings, with every process in them, whose owning process is gone
+(`etude.sandbox.reclaim`). What a live service owns, in this stack or another, stays.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -24,12 +30,19 @@ from subprocess import Popen
 
 from etude.common.auth import write_tokens
 from etude.common.grpc_client import health_status
+from etude.common.logging import log_fields
 from etude.common.net import free_port
 from etude.common.processes import log_tail, spawn, terminate
 from etude.common.redis_server import RedisServer, find_redis_server
 from etude.common.settings import EtudeSettings, get_settings
+from etude.environment.config import SESSION_CGROUPS, SESSIONS_DIR, EnvironmentSettings
+from etude.sandbox.limits import CgroupSupport
+from etude.sandbox.reclaim import reclaim_cgroups, reclaim_owned_dirs
+
+log = logging.getLogger(__name__)
 
 STATE_FILE = "stack.json"
+GRADING_CGROUPS = "etude-grade-"  # etude.tasks.testrun's, owned by the grading process
 
 # Services `etude up` starts, in dependency order; each runs as `python -m etude.<name>`.
 # A service joins this list when it exists.
@@ -166,6 +179,7 @@ class LocalStack:
         """Start Redis and every service; raise StackError (after cleaning up) on failure."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         host = self.settings.stack.host
+        self.reclaim_leftovers()
         write_tokens(self.tokens_dir)
         try:
             self.redis = RedisServer(
@@ -197,6 +211,25 @@ class LocalStack:
         except BaseException:
             self.stop()
             raise
+
+    def reclaim_leftovers(self) -> None:
+        """Sessions and grading cgroups of killed services (see the module docstring).
+        The environment service does the same for its sessions when it starts; doing it
+        here also covers cgroups of services that will not start again."""
+        environment = EnvironmentSettings(stack=self.settings.stack).resolved()
+        assert environment.root_dir is not None
+        # The sessions' directories first: each holds where its cgroups are.
+        found = reclaim_owned_dirs(environment.root_dir / SESSIONS_DIR)
+        parents = CgroupSupport.detect().parents.values()  # where the services make theirs
+        for prefix in (SESSION_CGROUPS, GRADING_CGROUPS):
+            found += reclaim_cgroups(prefix, parents)
+        if found:
+            log.info(
+                "reclaimed what killed services left",
+                extra=log_fields(
+                    sessions=found.directories, cgroups=found.cgroups, processes=found.processes
+                ),
+            )
 
     def add_service(self, spec: ServiceSpec) -> Component:
         """Start one more process beside the running stack (a rollout worker of a run)."""

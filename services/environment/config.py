@@ -15,6 +15,12 @@ from etude.sim.config import SimConfig
 from etude.tasks.materialize import PROJECTS_DIR
 from etude.tasks.provisioning import SHARED_TASKS_DIR
 
+SESSIONS_DIR = "sessions"
+"""Under `root_dir`: the session layers, one directory per service process that made them
+(etude.environment.workspace); what a killed service left there is reclaimed at start."""
+SESSION_CGROUPS = "etude-se-"
+"""Name prefix of the sessions' cgroups: `etude-<session id>@<owning process>`."""
+
 
 class EnvironmentConfig(Section):
     backend: Literal["sandbox", "sim"] = "sandbox"

@@ -35,6 +35,13 @@ SANDBOX_KILLS = Counter(
     ["reason"],
 )
 
+LEFTOVERS_RECLAIMED = Counter(
+    "etude_environment_leftovers_reclaimed_total",
+    "What killed environment services had left, reclaimed at start, by kind "
+    "(sessions, cgroups, processes).",
+    ["kind"],
+)
+
 
 class PrometheusObserver(EnvironmentObserver):
     def session_created(self, seconds: float, live: int) -> None:
@@ -52,3 +59,8 @@ class PrometheusObserver(EnvironmentObserver):
 
     def sandbox_killed(self, reason: str) -> None:
         SANDBOX_KILLS.labels(reason).inc()
+
+    def leftovers_reclaimed(self, sessions: int, cgroups: int, processes: int) -> None:
+        counts = {"sessions": sessions, "cgroups": cgroups, "processes": processes}
+        for kind, count in counts.items():
+            LEFTOVERS_RECLAIMED.labels(kind).inc(count)

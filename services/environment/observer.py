@@ -20,3 +20,6 @@ class EnvironmentObserver:
 
     def sandbox_killed(self, reason: str) -> None:
         pass
+
+    def leftovers_reclaimed(self, sessions: int, cgroups: int, processes: int) -> None:
+        """At start: what killed services had left (etude.sandbox.reclaim)."""

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from etude.common.ids import new_id
 from etude.common.logging import log_fields
 from etude.common.toolcalls import ToolCall
 from etude.environment.batch import run_batch
-from etude.environment.config import EnvironmentConfig
+from etude.environment.config import SESSION_CGROUPS, EnvironmentConfig
 from etude.environment.diff import diff_trees
 from etude.environment.observer import EnvironmentObserver
 from etude.environment.search_sync import SearchIndexBackend, SearchSync
@@ -36,6 +36,7 @@ from etude.environment.workspace import WorkspaceStore
 from etude.sandbox.bwrap import WORKSPACE, Bwrap, check_bwrap_works, configured_bwrap
 from etude.sandbox.config import SandboxConfig
 from etude.sandbox.limits import CgroupSupport
+from etude.sandbox.reclaim import reclaim_cgroups, reclaim_owned_dirs
 from etude.sandbox.sandbox import Sandbox
 from etude.sandbox.types import Layout, Mode
 
@@ -114,10 +115,13 @@ class SessionManager:
                 "unavailable, and never with untrusted policies."
             )
         self.mode = choose_mode(config, self.bwrap)
-        self.cgroups = CgroupSupport.detect()
         if config.root_dir is None:
             raise ValueError("EnvironmentConfig.root_dir must be set (see EnvironmentSettings)")
-        self.store = WorkspaceStore(config.root_dir, self.mode)
+        cgroups = CgroupSupport.detect()
+        self.store = WorkspaceStore(config.root_dir, self.mode, cgroups.parents.values())
+        # Without cgroups, the sandboxes record their processes beside their layers.
+        self.cgroups = replace(cgroups, records=self.store.sessions)
+        self._reclaim_leftovers()
         self.sessions: dict[str, Session] = {}
         self._walks = ThreadPoolExecutor(HOST_WALK_THREADS, thread_name_prefix="etude-diff")
         self._starting = 0  # sessions being created, counted against the bound
@@ -127,6 +131,23 @@ class SessionManager:
                 backend=sandbox.backend, workspace=self.mode, limits=self.cgroups.describe()
             ),
         )
+
+    def _reclaim_leftovers(self) -> None:
+        """What killed services left (etude.sandbox.reclaim): their sessions' cgroups with
+        every process in them, the processes recorded without cgroups, and their layers.
+        Each killed service's cgroups go before its layers, so that nothing writes into a
+        layer while it is removed; then those of killed services of other roots. Only
+        what belongs to a process that is gone: others may share this host and this root."""
+        found = reclaim_owned_dirs(self.store.sessions.parent)
+        found += reclaim_cgroups(SESSION_CGROUPS, self.cgroups.parents.values())
+        if found:
+            log.info(
+                "reclaimed what killed environment services left",
+                extra=log_fields(
+                    sessions=found.directories, cgroups=found.cgroups, processes=found.processes
+                ),
+            )
+        self.observer.leftovers_reclaimed(found.directories, found.cgroups, found.processes)
 
     def get(self, session_id: str) -> Session:
         try:
@@ -150,8 +171,11 @@ class SessionManager:
         started: float,
         python_environment: Path | None,
     ) -> Session:
+        # The owner in the name (`<id>@<this process>`) lets a later start tell the cgroup
+        # of a killed service from one of a live service.
+        name = f"{layout.session_dir.name}@{self.store.sessions.name}"
         sandbox = Sandbox(
-            layout.session_dir.name, layout, self.sandbox, self.bwrap, self.cgroups,
+            name, layout, self.sandbox, self.bwrap, self.cgroups,
             on_kill=self.observer.sandbox_killed, python_environment=python_environment,
         )  # fmt: skip
         session = Session(
@@ -298,6 +322,7 @@ class SessionManager:
         for session_id in list(self.sessions):
             with contextlib.suppress(SessionNotFoundError):
                 await self.close(session_id, reason="shutdown")
+        self.store.release()
 
 
 def _namespaces(sandbox: Sandbox) -> SandboxNamespaces | None:

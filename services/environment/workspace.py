@@ -3,35 +3,42 @@
 Overlay mode stacks the session's writable `upper` directory over the base (and over
 snapshots of the sessions it was forked from); creating a session is two `mkdir`s. Copy
 mode, for hosts where overlay is unavailable, copies the base into a private tree.
-Directories, for a root `R`:
+Directories, for a root `R` and the service process `O` that made the session (its pid,
+start time and boot, `etude.sandbox.reclaim.Owner`):
 
-    R/bases/<key>/                  a task repository, copied once, never written
-    R/sessions/<id>/upper, work     overlay: the session's changes, overlayfs' work dir
-    R/sessions/<id>/snapshot        overlay: the parent's changes at fork time (a lower layer)
-    R/sessions/<id>/tree            copy: the whole workspace
+    R/bases/<key>/                    a task repository, copied once, never written
+    R/sessions/O/<id>/upper, work     overlay: the session's changes, overlayfs' work dir
+    R/sessions/O/<id>/snapshot        overlay: the parent's changes at fork time (a lower layer)
+    R/sessions/O/<id>/tree            copy: the whole workspace
+
+Grouping sessions by their process lets several services share a root, and lets the next
+one to start remove exactly the sessions of a service that was killed.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
+from etude.environment.config import SESSIONS_DIR
 from etude.environment.types import RepositoryError
+from etude.sandbox.reclaim import owned_dir, release_owned_dir, remove_tree
 from etude.sandbox.types import Layout, Mode
 
 
 class WorkspaceStore:
-    def __init__(self, root_dir: Path, mode: Mode) -> None:
+    def __init__(self, root_dir: Path, mode: Mode, cgroup_parents: Iterable[Path] = ()) -> None:
+        """`cgroup_parents`: where the sessions' cgroups are made, noted in this process's
+        directory for whoever reclaims it after a crash."""
         self.root = root_dir.resolve()
         self.mode = mode
         self.bases = self.root / "bases"
-        self.sessions = self.root / "sessions"
         self.bases.mkdir(parents=True, exist_ok=True)
-        self.sessions.mkdir(parents=True, exist_ok=True)
+        self.sessions = owned_dir(self.root / SESSIONS_DIR, cgroup_parents)
 
     def prepare_base(self, repository: Path) -> Path:
         """Copy a repository once into a read-only base; later sessions reuse it."""
@@ -58,7 +65,7 @@ class WorkspaceStore:
 
     def create(self, session_id: str, base: Path) -> Layout:
         layout = Layout(self.mode, self.sessions / session_id, base, [base])
-        layout.session_dir.mkdir()
+        layout.session_dir.mkdir(parents=True)  # its owner's directory goes at a clean stop
         if self.mode == "overlay":
             layout.upper.mkdir()
             layout.work.mkdir()
@@ -70,7 +77,7 @@ class WorkspaceStore:
         """A new session starting from `parent`'s current files (`parent_view`: its merged
         workspace as seen from the host)."""
         session_dir = self.sessions / session_id
-        session_dir.mkdir()
+        session_dir.mkdir(parents=True)
         if self.mode == "copy":
             layout = Layout("copy", session_dir, parent.base, [parent.base])
             _copy_tree(parent_view, layout.tree)
@@ -92,10 +99,12 @@ class WorkspaceStore:
         return layout
 
     def remove(self, layout: Layout) -> None:
-        # overlayfs leaves its work dir unreadable to others; make it removable first.
-        for directory, _subdirs, _files in os.walk(layout.session_dir):
-            os.chmod(directory, 0o700)
-        shutil.rmtree(layout.session_dir, ignore_errors=True)
+        remove_tree(layout.session_dir)  # also overlayfs' work dir, left unreadable to others
+
+    def release(self) -> None:
+        """At a clean stop, after every session was removed: this process's directory goes
+        too (it stays if another manager of this process still has sessions there)."""
+        release_owned_dir(self.sessions)
 
 
 def _copy_tree(source: Path, target: Path) -> None:

@@ -9,6 +9,11 @@ the kernel exempts the root user from RLIMIT_NPROC, and the sandbox's uid maps t
 service's, so a user namespace does not help. There the sandbox's watcher kills the
 command when its processes reach the limit. `CgroupSupport.describe()` says which case
 holds. One file is never larger than the disk quota (RLIMIT_FSIZE).
+
+Cgroups outlive the process that made them, and without them so can what the `process`
+backend started: `etude.sandbox.reclaim` finds both after a crash. Without a cgroup, the
+process that becomes the sandbox records its pid and start time for that, in
+`CgroupSupport.records`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from etude.sandbox.config import SandboxConfig
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+RECORD_SUFFIX = ".pids"
 
 
 def limited(argv: list[str], config: SandboxConfig, cgroup: SessionCgroup) -> list[str]:
@@ -33,6 +39,14 @@ def limited(argv: list[str], config: SandboxConfig, cgroup: SessionCgroup) -> li
     runs gRPC threads (the child inherits their locks); a plain exec chain cannot.
     """
     steps = [f"echo $$ > {_quote(str(d / 'cgroup.procs'))}" for d in cgroup.dirs]
+    if cgroup.record is not None:
+        # Best effort: the record only serves cleaning up after a crash, and must never
+        # keep a sandbox from starting. bash's own command name has no spaces, so the
+        # start time is the 22nd field of its stat line.
+        steps.append(
+            '{ read -ra s < /proc/$$/stat && echo "$$ ${s[21]}" >> '
+            f"{_quote(str(cgroup.record))} || true; }} 2>/dev/null"
+        )
     steps.append(
         "ulimit"
         f" -t {config.cpu_seconds}"
@@ -65,6 +79,9 @@ class CgroupSupport:
 
     version: int  # 0 = none, 1 or 2
     parents: dict[str, Path]
+    records: Path | None = None
+    """Without cgroups: where each sandbox records the processes it starts (a directory
+    `etude.sandbox.reclaim` looks in once this process is gone); None: no record."""
 
     def describe(self) -> str:
         if self.version == 0:
@@ -101,6 +118,9 @@ class SessionCgroup:
 
     def __init__(self, support: CgroupSupport, name: str, config: SandboxConfig) -> None:
         self.dirs: list[Path] = []
+        self.record: Path | None = None
+        if support.version == 0 and support.records is not None:
+            self.record = support.records / f"{name}{RECORD_SUFFIX}"
         if support.version == 2:
             d = support.parents["unified"] / name
             d.mkdir(exist_ok=True)
@@ -151,3 +171,5 @@ class SessionCgroup:
             with contextlib.suppress(OSError):
                 d.rmdir()
         self.dirs = []
+        if self.record is not None:
+            self.record.unlink(missing_ok=True)
