@@ -5,10 +5,11 @@ fails the copy, and the copies made by changing it.
 A site is a statement that always runs when the test does — one of the function's own
 top-level statements, with nothing before it that may return — so a copy fails exactly
 where the real test checks, and for that check's reason:
-- `column`: `assert <expr> == <name>` or `pytest.raises(X, match=<name>)` where <name> is
-  a `parametrize` column written out in the decorator. Each copy rotates the column (row i
-  expects what row i+k expects, for a k that changes every row): every value a copy expects
-  is one a real test expects, and across the group each row holds each value once.
+- `column`: `assert <expr> == <name>` where <name> is a `parametrize` column written out in
+  the decorator. Each copy rotates the column (row i expects what row i+k expects, for a k
+  that changes every row): every value a copy expects is one a real test expects, and
+  across the group each row holds each value once. (A `match=` column is not rotated: a
+  pattern is part of a message, and another row's part may be in this row's message too.)
 - `value`: `assert <expr> == <literal>` (either side; also a name bound to a literal by an
   earlier statement) and unittest's `self.assertEqual(<expr>, <literal>)` and kin. The
   copies expect other values of the same type, the real one at a random place among them.
@@ -29,7 +30,6 @@ import ast
 import copy
 import math
 import random
-import re
 import string
 from dataclasses import dataclass
 from typing import Literal
@@ -133,11 +133,6 @@ def _site(
         context = statement.items[0].context_expr
         reasons = _expected_exceptions(context, aliases)
         if reasons:
-            pattern = _keyword(context, "match")
-            if isinstance(pattern, ast.Name) and _only_read_at(function, index, pattern.id):
-                column = _column_site(function, index, columns.get(pattern.id), patterns=True)
-                if column is not None:
-                    return column
             return Site("raises", reasons, index)
     compared = _compared(statement)
     if compared is not None:
@@ -151,17 +146,12 @@ def _site(
                 found = _bound_literal(function, index, operand.id)
                 if found is not None:
                     return found
-                column = _column_site(function, index, columns.get(operand.id), patterns=False)
+                column = _column_site(function, index, columns.get(operand.id))
                 if column is not None:
                     return column
     if isinstance(statement, ast.Assert):
         return Site("identity", _ASSERTION, index)
     return None
-
-
-def _keyword(call: ast.expr, name: str) -> ast.expr | None:
-    assert isinstance(call, ast.Call)
-    return next((k.value for k in call.keywords if k.arg == name), None)
 
 
 def _only_read_at(function: ast.FunctionDef, index: int, name: str) -> bool:
@@ -188,45 +178,29 @@ def _bound_literal(function: ast.FunctionDef, index: int, name: str) -> Site | N
     return None
 
 
-def _column_site(
-    function: ast.FunctionDef, index: int, paths: list[Path] | None, *, patterns: bool
-) -> Site | None:
+def _column_site(function: ast.FunctionDef, index: int, paths: list[Path] | None) -> Site | None:
     """A column site over the rows at `paths`, with every rotation under which each row
-    expects something else (for `match` patterns: a pattern that does not find the row's
-    own message, as far as its own pattern spells it)."""
+    expects something else."""
     if not paths or len(paths) < 2:
         return None
     values = [_value(_node_at(function, p)) for p in paths]
     if any(v is _NOTHING for v in values):
         return None
-    if patterns and not all(isinstance(v, str) and _compiles(v) for v in values):
-        return None
     rows = len(values)
     shifts = tuple(
         k for k in range(1, rows)
-        if all(_differs(values[i], values[(i + k) % rows], patterns) for i in range(rows))
+        if all(_differs(values[i], values[(i + k) % rows]) for i in range(rows))
     )  # fmt: skip
     if not shifts:
         return None
     return Site("column", _ASSERTION, index, tuple(paths), shifts, capacity=len(shifts))
 
 
-def _differs(own, other, patterns: bool) -> bool:
-    if patterns:
-        # What a message matching `own` reads like: its escapes undone.
-        return re.search(other, re.sub(r"\\(.)", r"\1", own)) is None
+def _differs(own, other) -> bool:
     try:
         return bool(own != other)
     except Exception:  # a comparison that raises tells nothing
         return False
-
-
-def _compiles(pattern: str) -> bool:
-    try:
-        re.compile(pattern)
-    except re.error:
-        return False
-    return True
 
 
 def _compared(statement: ast.stmt):

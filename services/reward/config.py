@@ -42,6 +42,10 @@ class RewardConfig(Section):
     max_patch_expanded_bytes: int = Field(default=64 * 1024**2, ge=1024**2)
     """What applying a patch may write (binary data inflated, copies of files included),
     checked before anything is written; a larger patch scores 0 with the reason."""
+    workspace_bytes: int = Field(default=1024**3, ge=16 * 1024**2)
+    """The hidden tests run on a copy of the patched repository in the sandbox's memory, of
+    this size: what the code under test writes stays there, within it (and within the
+    grading cgroup's memory). A repository that does not fit scores 0 saying so."""
     canary_odds: int = Field(default=1000, ge=2)
     """Canaries are copies of the hidden tests with the expected value changed
     (etude.reward.canaries): a forger that guesses which copy of each test is the real one

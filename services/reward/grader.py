@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import re
 import shutil
 import tempfile
@@ -103,7 +104,11 @@ class Grader:
             "runner_access": 0.0,
             "tampered": 0.0,
         }
-        with tempfile.TemporaryDirectory(prefix="etude-grade-") as scratch:
+        # On the service's own disk, never the host's /tmp: bounded by the repository and
+        # the patch's checked expansion; the tests themselves write only in the sandbox.
+        scratch_root = self.config.cache_dir / "grading"
+        scratch_root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="etude-grade-", dir=scratch_root) as scratch:
             workdir = Path(scratch) / "repo"
             shutil.copytree(base, workdir, symlinks=True)
             try:
@@ -135,6 +140,12 @@ class Grader:
                 {t.split("::")[0] for t in (*task.fail_to_pass, *task.pass_to_pass)}
             )
             present = [f for f in test_files if regular_file(workdir, f) is not None]
+            if (size := _tree_bytes(workdir)) > self.config.workspace_bytes * 0.9:
+                error = (
+                    f"the repository ({size} bytes) does not fit grading's workspace "
+                    f"({self.config.workspace_bytes} bytes, ETUDE_REWARD__WORKSPACE_BYTES)"
+                )
+                return Score(0.0, components, error=error)
             try:
                 planting = plant(
                     workdir, present, task.fail_to_pass, task.pass_to_pass,
@@ -145,7 +156,7 @@ class Grader:
                     workdir, task.test_command, bwrap=self.bwrap, config=self.sandbox,
                     timeout_s=self.config.timeout_seconds,
                     test_paths=(planting.module, *present), options_from=base,
-                    python_environment=environment,
+                    python_environment=environment, workspace_bytes=self.config.workspace_bytes,
                 )  # fmt: skip
             except UnsupportedTestCommand as error:
                 return Score(0.0, components, error=str(error))
@@ -202,6 +213,14 @@ class Grader:
         for path in patched_files(task.test_patch):
             restore(base, workdir, path)
         apply_patch(workdir, task.test_patch)
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(
+        os.lstat(os.path.join(directory, name)).st_size
+        for directory, _dirs, names in os.walk(root)
+        for name in names
+    )
 
 
 def _selects_by_name(command: str) -> bool:

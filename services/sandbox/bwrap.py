@@ -251,3 +251,14 @@ def overlay_args(lowers: list[Path], upper: Path, work: Path) -> list[str]:
 
 def bind_args(tree: Path) -> list[str]:
     return ["--bind", str(tree), WORKSPACE]
+
+
+SOURCE = "/source"
+"""Where `copied_workspace_args` shows the tree, read-only, for the sandbox to copy."""
+
+
+def copied_workspace_args(bwrap: Bwrap, tree: Path, size: int) -> list[str]:
+    """`tree` read-only at SOURCE and an empty in-memory /workspace of `size` bytes, which
+    the command fills with a copy of it: everything it writes stays in the sandbox, within
+    `size`, and nothing reaches the host's tree."""
+    return ["--ro-bind", str(tree), SOURCE, *_sized_tmpfs(bwrap, size, WORKSPACE)]

@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from etude.sandbox.bwrap import SANDBOX_PATH, WORKSPACE, Bwrap, bind_args, sandbox_argv
+from etude.sandbox.bwrap import (
+    SANDBOX_PATH,
+    SOURCE,
+    WORKSPACE,
+    Bwrap,
+    bind_args,
+    copied_workspace_args,
+    sandbox_argv,
+)
 from etude.sandbox.config import SandboxConfig
 from etude.sandbox.limits import CgroupSupport, SessionCgroup, limited
 from etude.sandbox.procs import descendants, kill_all
@@ -115,6 +123,7 @@ def run_pytest(
     options_from: Path | None = None,
     cgroups: CgroupSupport | None = None,
     python_environment: Path | None = None,
+    workspace_bytes: int | None = None,
 ) -> TestRun:
     """Run the pytest arguments of `command` on `workdir`, sandboxed when `bwrap` is given.
 
@@ -122,7 +131,10 @@ def run_pytest(
     `testpaths`); `options_from` is the tree whose pytest configuration applies
     (default: `workdir` itself, for trusted trees); `cgroups` defaults to what the host
     offers; `python_environment`, the root of the task's environment (etude.tasks.pyenv),
-    whose packages the tests import. Raises `UnsupportedTestCommand` for a command that is
+    whose packages the tests import. `workspace_bytes` (sandboxed runs): the tests run on a
+    copy of `workdir` in the sandbox's memory, of that size, and `workdir` stays read-only
+    (grading: what the code under test writes never reaches the host); unset, `workdir`
+    itself is the writable workspace. Raises `UnsupportedTestCommand` for a command that is
     not pytest, NotAnEnvironmentError for an environment that is not one of this Python."""
     site_dirs = _site_dirs(python_environment) if python_environment is not None else []
     workspace = WORKSPACE if bwrap is not None else str(workdir.resolve())
@@ -145,6 +157,10 @@ def run_pytest(
         "workspace": workspace, "key_fd": key_read, "report_fd": report_write, "args": args,
         "site_dirs": site_dirs,
     }  # fmt: skip
+    workspace_args = bind_args(workdir)
+    if bwrap is not None and workspace_bytes is not None:
+        workspace_args = copied_workspace_args(bwrap, workdir, workspace_bytes)
+        spec["copy_from"] = SOURCE
     python = [
         # -B: no bytecode is written. The program points the bytecode cache at nowhere
         # before the tree's first import, so none planted there is read instead of source.
@@ -153,7 +169,7 @@ def run_pytest(
     ]  # fmt: skip
     if bwrap is not None:
         python = sandbox_argv(
-            bwrap, workspace_args=bind_args(workdir), ro_binds=config.ro_binds, info_fd=None,
+            bwrap, workspace_args=workspace_args, ro_binds=config.ro_binds, info_fd=None,
             command=python, uid=config.uid, gid=config.uid, tmp_bytes=config.tmp_bytes,
             python_environment=python_environment,
         )  # fmt: skip

@@ -121,3 +121,38 @@ def test_a_relative_pythonpath_in_the_command_is_the_trees(tmp_path, bwrap):
     run = run_pytest(tree, f"{COMMAND} -o pythonpath=src", bwrap=bwrap, config=SandboxConfig(),
                      timeout_s=60)  # fmt: skip
     assert run.suite_error == "" and len(run.outcomes) == 8 and run.failing == []
+
+
+@pytest.mark.integration
+def test_a_copied_workspace_keeps_every_write_in_the_sandbox_within_its_size(tmp_path, bwrap):
+    """Grading's runs: the tests see a copy of the tree in the sandbox's memory; what they
+    write never reaches the host's tree, and past the size a write fails there."""
+    tree = write_tiny_project(tmp_path / "tree")
+    (tree / "tests" / "test_writes.py").write_text(
+        "import os\n\n\n"
+        "def test_writes_a_marker():\n"
+        "    with open('marker.txt', 'w') as f:\n"
+        "        f.write('written')\n"
+        "    assert open('marker.txt').read() == 'written'\n\n\n"
+        "def test_cannot_fill_the_host():\n"
+        "    chunk = b'x' * (1 << 20)\n"
+        "    try:\n"
+        "        with open('big.bin', 'wb') as f:\n"
+        "            for _ in range(64):\n"
+        "                f.write(chunk)\n"
+        "                f.flush()\n"
+        "    except OSError as error:\n"
+        "        assert error.errno == 28  # ENOSPC: the workspace is full\n"
+        "    else:\n"
+        "        raise AssertionError('64 MiB fit in a 16 MiB workspace')\n"
+    )
+    run = run_pytest(
+        tree, COMMAND, bwrap=bwrap, config=SandboxConfig(), timeout_s=60,
+        test_paths=("tests/test_writes.py", "tests/test_core.py"),
+        workspace_bytes=16 * 1024**2,
+    )  # fmt: skip
+    assert run.complete, run.output
+    assert run.outcomes["tests/test_writes.py::test_writes_a_marker"] == "passed"
+    assert run.outcomes["tests/test_writes.py::test_cannot_fill_the_host"] == "passed"
+    assert run.outcomes["tests/test_core.py::test_clamp_inside"] == "passed"
+    assert not (tree / "marker.txt").exists() and not (tree / "big.bin").exists()
