@@ -222,8 +222,8 @@ async def test_a_killed_service_leaves_nothing_once_restarted(
         assert session_dirs(root, sessions) == []
         assert await until(lambda: marked(nonce) == [], timeout=5), marked(nonce)
         assert "reclaimed what killed environment services left" in second.log.read_text()
-        counts = second.reclaimed()
-        assert counts["sessions"] == 3 and counts["cgroups"] == 3
+        counts = second.reclaimed()  # cgroups: more if another killed service left some
+        assert counts["sessions"] == 3 and counts["cgroups"] >= 3
         if backend == "process":
             assert counts["processes"] >= 3
 
