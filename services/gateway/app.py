@@ -14,9 +14,10 @@ whose process the local launcher started has exited without ending it. So a run 
 Every answer about a run comes from Redis, so the gateway keeps no state of its own. When
 Redis does not answer, Redis-backed endpoints say so with 503 (the client may retry), never
 500. Request bodies are validated by the models below, so a bad document gets a 422 that
-names the offending field. Every endpoint but `/health` (and the API's own docs) needs the
-operator's token (`Authorization: Bearer <token>`): 401 without a valid one, 403 for a
-token of another role.
+names the offending field. Every endpoint but `/health` (and the API's own docs and pages)
+needs the operator's token (`Authorization: Bearer <token>`): 401 without a valid one, 403
+for a token of another role, answered from the headers before any of the body is read, as
+is a body over its route's cap (413; etude.common.http_gate).
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from redis import exceptions as redis_errors
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from etude.common.auth import OPERATOR_ONLY, Verifier
+from etude.common.auth import OPERATOR_ONLY, Verifier, bearer
+from etude.common.http_gate import Refusal, RequestGate
 from etude.common.run_config import RunConfig
 from etude.common.run_metrics import by_phase, read_metrics
 from etude.common.runs import RUN_ID_PATTERN, TERMINAL, RunNotFoundError, RunRecord, RunRegistry
 from etude.common.settings import get_settings
 from etude.common.strict_json import StrictJSONRoute
 from etude.common.trajectory_log import read_trajectories
+from etude.gateway.config import GatewayConfig, GatewaySettings
 from etude.gateway.launcher import Launcher
 from etude.gateway.metrics import REQUEST_SECONDS, REQUESTS
 from etude.gateway.validation import confine_run_paths, gateway_run_dir
@@ -184,8 +187,27 @@ class RequestMetrics:
             REQUEST_SECONDS.labels(route).observe(time.perf_counter() - started)
 
 
+GUARDED = ("/runs", "/tasksets")
+"""Paths that need the operator's token, refused from the headers alone."""
+CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def _refusal(verifier: Verifier, token: str | None) -> Refusal | None:
+    if verifier.check(token, OPERATOR_ONLY) is None:
+        return None
+    if verifier.role_of(token) is None:
+        return Refusal(401, "a credential is required")
+    return Refusal(403, "this endpoint is for the operator role")
+
+
+def _refused(refusal: Refusal) -> JSONResponse:
+    headers = CHALLENGE if refusal.status == 401 else None
+    return JSONResponse({"detail": refusal.message}, refusal.status, headers=headers)
+
+
 def operator_only(verifier: Verifier):
-    """A dependency that lets a request through only with the operator's token."""
+    """A dependency that lets a request through only with the operator's token (behind the
+    gate, which refuses first: a second line, and what the OpenAPI document shows)."""
     scheme = HTTPBearer(auto_error=False, description="The operator role's token.")
 
     # A default, not `Annotated[..., Depends(scheme)]`: with postponed annotations FastAPI
@@ -193,15 +215,10 @@ def operator_only(verifier: Verifier):
     async def authorize(
         credentials: HTTPAuthorizationCredentials | None = Depends(scheme),  # noqa: B008
     ) -> None:
-        token = credentials.credentials if credentials is not None else None
-        code = verifier.check(token, OPERATOR_ONLY)
-        if code is None:
-            return
-        if verifier.role_of(token) is None:
-            raise HTTPException(
-                401, "a credential is required", headers={"WWW-Authenticate": "Bearer"}
-            )
-        raise HTTPException(403, "this endpoint is for the operator role")
+        refusal = _refusal(verifier, credentials.credentials if credentials else None)
+        if refusal is not None:
+            headers = CHALLENGE if refusal.status == 401 else None
+            raise HTTPException(refusal.status, refusal.message, headers=headers)
 
     return authorize
 
@@ -224,11 +241,15 @@ def create_app(
     verifier: Verifier | None = None,
     driver_timeout_seconds: float = 60.0,
     reap_interval_seconds: float = 5.0,
+    config: GatewayConfig | None = None,
 ) -> FastAPI:
     """The gateway over the Redis at `redis_url`; `launcher` starts each created run. The
     Redis client is made in the app's lifespan, on the loop that serves the requests, and
-    the reaper runs there. `verifier` unset: the process's credentials (ETUDE_AUTH__*)."""
-    guarded = [Depends(operator_only(verifier or Verifier.from_settings(get_settings().auth)))]
+    the reaper runs there. `verifier` unset: the process's credentials (ETUDE_AUTH__*);
+    `config` unset: the process's settings (ETUDE_GATEWAY__*: the body caps)."""
+    verifier = verifier or Verifier.from_settings(get_settings().auth)
+    config = config or GatewaySettings().gateway
+    guarded = [Depends(operator_only(verifier))]
 
     async def reap(runs: RunRegistry, run_id: str | None = None) -> None:
         """End the runs whose process exited (all of them: `exited` hands each exit over
@@ -277,7 +298,15 @@ def create_app(
         version="1",
         lifespan=lifespan,
     )
-    app.add_middleware(RequestMetrics)
+    app.add_middleware(
+        RequestGate,
+        authorize=lambda authorization: _refusal(verifier, bearer(authorization)),
+        guarded=GUARDED,
+        respond=_refused,
+        max_body_bytes=config.max_body_bytes,
+        body_limits={"/runs": config.max_run_body_bytes},
+    )
+    app.add_middleware(RequestMetrics)  # added last, so outermost: it counts refusals too
     add_pages(app)
     app.router.route_class = StrictJSONRoute  # every route below: non-finite numbers → 422
 

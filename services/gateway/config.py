@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from etude.common.settings import EtudeSettings, Section
+from etude.common.settings import MIB, EtudeSettings, Section
 
 
 class GatewayConfig(Section):
@@ -24,6 +24,12 @@ class GatewayConfig(Section):
     reap_interval_seconds: float = Field(default=5.0, gt=0, le=3600)
     """How often the gateway ends runs whose driver is gone (`ETUDE_RUNS__*` says when a
     driver counts as gone)."""
+    max_run_body_bytes: int = Field(default=256 * MIB, ge=1024)
+    """Largest body of `POST /runs`: a run config with, from `etude runs start`, its task
+    set's records (the 240 tasks of etude-mini take 6 MB). A larger `Content-Length` gets
+    413 before any of the body is read; a chunked body gets it as soon as it passes the cap."""
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    """Largest request body of every other route (none of them takes one)."""
 
 
 class GatewaySettings(EtudeSettings):

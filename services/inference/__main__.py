@@ -32,7 +32,8 @@ async def build(
     watch_backend(backend)
     serving = Serving(backend, PolicyOwnership(_run_alive(settings, resources)))
 
-    port = await serve_http(create_app(serving), settings.grpc.host, config.http_port, resources)
+    app = create_app(serving, config=config)
+    port = await serve_http(app, settings.grpc.host, config.http_port, resources)
     log.info(
         "policy loaded",
         extra=log_fields(

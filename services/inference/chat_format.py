@@ -217,7 +217,7 @@ def _properties(tool: Tool) -> dict[str, dict]:
 
 
 def _required(tool: Tool) -> list[str]:
-    required = tool.function.parameters.get("required") or []
+    required = set(tool.function.parameters.get("required") or ())  # a set: checked per name
     return [name for name in _properties(tool) if name in required]
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from etude.common.settings import EtudeSettings, Section
+from etude.common.settings import MIB, EtudeSettings, Section
 from etude.sim.config import SimConfig
 
 
@@ -49,6 +49,20 @@ class InferenceConfig(Section):
     rather than ~30 s plus a compile on the first request; on a GPU set it false."""
     http_port: int = Field(default=0, ge=0, le=65535)
     """Port of the OpenAI-compatible HTTP API (`/v1/completions`); 0 picks a free one."""
+    http_max_generation_body_bytes: int = Field(default=16 * MIB, ge=1024)
+    """Largest request body of `/v1/chat/completions`, `/v1/completions`, `/tokenize` and
+    `/detokenize` (a chat of 128k tokens is ~1 MB, 64 prompts of 32k tokens ~8 MB). A larger
+    `Content-Length` gets 413 before any of the body is read, a chunked body as soon as it
+    passes the cap. A body is parsed on the event loop: the cap bounds how long that takes."""
+    http_max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    """Largest request body of every other route of the HTTP API (none of them takes one)."""
+    max_prompt_bytes_per_token: int = Field(default=32, ge=1)
+    """A chat request's messages and tools together, and each text prompt of
+    `/v1/completions`, may hold at most `max_model_len` × this many bytes; more gets a 400
+    before anything is rendered or tokenized (such a prompt could not fit the context: a
+    token of text or code averages 3–4 bytes, the bundled tokenizer's longest is 74)."""
+    max_tool_parameters: int = Field(default=256, ge=1)
+    """Parameters one tool of a chat request may declare (OpenAI's API allows 128 tools)."""
     checkpoint_dir: Path | None = None
     """Where a preset is written as a checkpoint for vLLM; unset: `<run dir>/inference`."""
 

@@ -5,15 +5,22 @@ clients, agent harnesses and load tools can talk to the policy: `/v1/chat/comple
 `/health`. Errors come in OpenAI's shape (etude.inference.openai_protocol.OpenAIError), the
 request bodies' rules are in etude.inference.openai_protocol.
 
-`/v1/*` asks for the same credential as gRPC `Generate` (a role token as the bearer, i.e.
-the OpenAI client's `api_key`): 401 without a valid one, 403 for a role that may not
-generate. `/health` stays open for probes.
+`/v1/*`, `/tokenize` and `/detokenize` ask for the same credential as gRPC `Generate` (a
+role token as the bearer, i.e. the OpenAI client's `api_key`): 401 without a valid one, 403
+for a role that may not generate, answered from the headers before any of the body is read
+(etude.common.http_gate, which also caps bodies: 413). `/health` stays open for probes.
+
+A client that disconnects cancels its generations, streamed or not: the engine frees their
+slots at its next step (etude.common.http_server.cancel_on_disconnect watches the
+connection while a handler runs; a streamed response watches it while it streams).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncGenerator, Coroutine
 from importlib.metadata import version as package_version
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,10 +29,15 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from etude.common.auth import ACCESS, Verifier, bearer, metrics_authorizer
+from etude.common.http_gate import Refusal, RequestGate
+from etude.common.http_server import cancel_on_disconnect
 from etude.common.settings import get_settings
 from etude.common.strict_json import StrictJSONRoute
+from etude.inference.config import InferenceConfig
 from etude.inference.openai_chat import chat
 from etude.inference.openai_completions import complete
+from etude.inference.openai_generation import Primed
+from etude.inference.openai_limits import PromptLimits
 from etude.inference.openai_protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -47,41 +59,69 @@ def _error(
 GENERATE_ROLES = ACCESS["etude.api.v1.InferenceService"]["Generate"]
 
 
+GUARDED = ("/v1", "/tokenize", "/detokenize")
+"""Paths that need a role that may generate."""
+GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize")
+"""Routes whose bodies may be large (`http_max_generation_body_bytes`)."""
+_KINDS = {401: "authentication_error", 403: "permission_error"}
+
+
 class _UnknownModel(LookupError):
     pass
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        self.status, self.message = status, message
+    def __init__(self, refusal: Refusal) -> None:
+        self.refusal = refusal
 
 
-def _generating_roles_only(verifier: Verifier):
-    async def authorize(request: Request) -> None:
-        token = bearer(request.headers.get("authorization"))
-        if verifier.check(token, GENERATE_ROLES) is None:
-            return
-        if verifier.role_of(token) is None:
-            raise _Refused(401, "a valid API key (a role token) is required")
-        raise _Refused(403, "this API key's role may not generate")
-
-    return authorize
+def _refusal(verifier: Verifier, authorization: str | None) -> Refusal | None:
+    token = bearer(authorization)
+    if verifier.check(token, GENERATE_ROLES) is None:
+        return None
+    if verifier.role_of(token) is None:
+        return Refusal(401, "a valid API key (a role token) is required")
+    return Refusal(403, "this API key's role may not generate")
 
 
-def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
-    """`verifier` unset: the process's credentials (ETUDE_AUTH__*)."""
+def _refused(refusal: Refusal) -> JSONResponse:
+    kind = _KINDS.get(refusal.status, "invalid_request_error")  # 413
+    return _error(refusal.status, refusal.message, kind)
+
+
+def create_app(
+    serving: Serving, verifier: Verifier | None = None, config: InferenceConfig | None = None
+) -> FastAPI:
+    """`verifier` unset: the process's credentials (ETUDE_AUTH__*); `config` unset: the
+    settings' defaults (body caps, prompt limits)."""
     backend = serving.backend
-    guarded = [
-        Depends(_generating_roles_only(verifier or Verifier.from_settings(get_settings().auth)))
-    ]
+    verifier = verifier or Verifier.from_settings(get_settings().auth)
+    config = config or InferenceConfig()
+    limits = PromptLimits(
+        backend.max_model_len, config.max_prompt_bytes_per_token, config.max_tool_parameters
+    )
+
+    async def authorize(request: Request) -> None:  # behind the gate: a second line
+        refusal = _refusal(verifier, request.headers.get("authorization"))
+        if refusal is not None:
+            raise _Refused(refusal)
+
+    guarded = [Depends(authorize)]
     metrics_allowed = metrics_authorizer(get_settings().auth)  # its tokens read once
     app = FastAPIOffline(title="Étude inference (OpenAI-compatible)")  # /docs without a CDN
     app.router.route_class = StrictJSONRoute  # every route below: a NaN, or `"\ud800"` → 400
+    app.add_middleware(
+        RequestGate,
+        authorize=lambda authorization: _refusal(verifier, authorization),
+        guarded=GUARDED,
+        respond=_refused,
+        max_body_bytes=config.http_max_body_bytes,
+        body_limits=dict.fromkeys(GENERATION_ROUTES, config.http_max_generation_body_bytes),
+    )
 
     @app.exception_handler(_Refused)
     async def refused(request: Request, exc: _Refused) -> JSONResponse:
-        kind = "authentication_error" if exc.status == 401 else "permission_error"
-        return _error(exc.status, exc.message, kind)
+        return _refused(exc.refusal)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -125,7 +165,8 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
     @app.post("/tokenize", dependencies=guarded)
     async def tokenize(body: TokenizeRequest) -> dict:
         check_model(body.model)
-        tokens = backend.tokenizer.encode(body.prompt)
+        # Up to 4 M characters: tokenized off the event loop, which serves everything else.
+        tokens = await asyncio.to_thread(backend.tokenizer.encode, body.prompt)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": backend.max_model_len}
 
     @app.post("/detokenize", dependencies=guarded)
@@ -150,19 +191,36 @@ def create_app(serving: Serving, verifier: Verifier | None = None) -> FastAPI:
         }
 
     @app.post("/v1/completions", dependencies=guarded)
-    async def completions(body: CompletionRequest):
+    async def completions(request: Request, body: CompletionRequest):
         check_model(body.model)
-        return _answer(await complete(serving, body))
+        return await cancel_on_disconnect(request.receive, _answer(complete(serving, body, limits)))
 
     @app.post("/v1/chat/completions", dependencies=guarded)
-    async def chat_completions(body: ChatCompletionRequest):
+    async def chat_completions(request: Request, body: ChatCompletionRequest):
         check_model(body.model)
-        return _answer(await chat(serving, body))
+        return await cancel_on_disconnect(request.receive, _answer(chat(serving, body, limits)))
 
     return app
 
 
-def _answer(response: dict | AsyncIterator[str]):
+class _EventStream(StreamingResponse):
+    """Server-sent events whose generator is closed however the response ends, its
+    requests with it: a client that disconnects before the first event is sent would
+    otherwise leave them to the garbage collector."""
+
+    media_type = "text/event-stream"
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
+async def _answer(work: Coroutine[Any, Any, dict | AsyncGenerator[str]]):
+    """The body, or the events, primed: a generator that has run to its first event closes
+    its requests when it is closed."""
+    response = await work
     if isinstance(response, dict):
         return response
-    return StreamingResponse(response, media_type="text/event-stream")
+    return _EventStream(Primed(await anext(response), response))

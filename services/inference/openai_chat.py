@@ -5,12 +5,15 @@ whole turn gets (`TurnStream`), so both read the same."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
 
 from etude.inference.chat_format import IM_END, ChatFormat, TurnStream
 from etude.inference.openai_generation import new_request, sampling_params, start_all, token_text
+from etude.inference.openai_limits import PromptLimits
 from etude.inference.openai_protocol import ChatCompletionRequest, unsupported
 from etude.inference.serving import Serving
 from etude.inference.types import CompletionDelta
@@ -73,16 +76,25 @@ class _Choice:
         return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
 
 
-async def chat(serving: Serving, body: ChatCompletionRequest) -> dict | AsyncIterator[str]:
+async def chat(
+    serving: Serving, body: ChatCompletionRequest, limits: PromptLimits
+) -> dict | AsyncIterator[str]:
     """The response body, or its server-sent events when `body.stream`."""
     refusal = unsupported(body)
     if refusal is not None:
         raise refusal
+    limits.check_chat(body.messages, body.tools)
     backend = serving.backend
     tokenizer = backend.tokenizer
-    chat_format = ChatFormat(body.tools, body.tool_choice)
-    prompt = tokenizer.encode(chat_format.prompt(body.messages))
-    turn_end = tokenizer.encode(IM_END)
+
+    def render() -> tuple[ChatFormat, list[int], list[int]]:
+        chat_format = ChatFormat(body.tools, body.tool_choice)
+        prompt = tokenizer.encode(chat_format.prompt(body.messages))
+        return chat_format, prompt, tokenizer.encode(IM_END)
+
+    # Off the event loop: a prompt as long as the context allows takes a while to render and
+    # tokenize, and the loop serves every other request, gRPC's GetLoad and health included.
+    chat_format, prompt, turn_end = await asyncio.to_thread(render)
     max_tokens = body.max_completion_tokens or body.max_tokens
     params = sampling_params(
         body, max_tokens or max(1, backend.max_model_len - len(prompt)),
@@ -103,8 +115,9 @@ async def chat(serving: Serving, body: ChatCompletionRequest) -> dict | AsyncIte
         return _events(stream, choices, {**base, "object": "chat.completion.chunk"},
                        body.stream_options is not None and body.stream_options.include_usage,
                        usage)  # fmt: skip
-    async for delta in stream:
-        choices[delta.index].take(delta)
+    async with contextlib.aclosing(stream):
+        async for delta in stream:
+            choices[delta.index].take(delta)
     answers = [
         {"index": choice.index, "message": choice.message(),
          "logprobs": {"content": choice.logprobs} if body.logprobs else None,
@@ -122,15 +135,16 @@ async def _events(stream, choices: list[_Choice], base: dict, include_usage: boo
 
     for choice in choices:
         yield event(choice.index, {"role": "assistant", "content": ""})
-    async for delta in stream:
-        choice = choices[delta.index]
-        parts, logprobs = choice.take(delta)
-        if logprobs and not parts:
-            parts = [{"content": ""}]
-        for number, part in enumerate(parts):
-            yield event(choice.index, part, logprobs if number == 0 and logprobs else None)
-        if delta.finish_reason is not None:
-            yield event(choice.index, {}, finish_reason=choice.reason)
+    async with contextlib.aclosing(stream):  # closing the events ends the request
+        async for delta in stream:
+            choice = choices[delta.index]
+            parts, logprobs = choice.take(delta)
+            if logprobs and not parts:
+                parts = [{"content": ""}]
+            for number, part in enumerate(parts):
+                yield event(choice.index, part, logprobs if number == 0 and logprobs else None)
+            if delta.finish_reason is not None:
+                yield event(choice.index, {}, finish_reason=choice.reason)
     if include_usage:
         yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage()})}\n\n"
     yield "data: [DONE]\n\n"

@@ -4,6 +4,8 @@ numbers them), plain or as server-sent events."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -16,6 +18,7 @@ from etude.inference.openai_generation import (
     start_all,
     token_text,
 )
+from etude.inference.openai_limits import PromptLimits
 from etude.inference.openai_protocol import MAX_PROMPTS, CompletionRequest, OpenAIError, unsupported
 from etude.inference.serving import Serving
 from etude.inference.types import CompletionDelta
@@ -96,27 +99,33 @@ class _Choice:
                 "finish_reason": finish_reason}  # fmt: skip
 
 
-def _prompts(prompt, tokenizer) -> list[list[int]]:
-    if isinstance(prompt, str):
-        prompts = [tokenizer.encode(prompt)]
-    elif prompt and isinstance(prompt[0], int):
-        prompts = [list(prompt)]
-    else:
-        prompts = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]
+async def _prompts(prompt, tokenizer, limits: PromptLimits) -> list[list[int]]:
+    """Each prompt's token ids; text is measured before it is tokenized, and tokenized off
+    the event loop (the loop serves every other request meanwhile)."""
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+        prompt = [prompt]
+    if len(prompt) > MAX_PROMPTS:
+        raise OpenAIError(400, f"at most {MAX_PROMPTS} prompts per request", param="prompt")
+    for text in prompt:
+        if isinstance(text, str):
+            limits.check_prompt(text)
+    prompts = await asyncio.to_thread(
+        lambda: [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]
+    )
     if not prompts or not all(prompts):
         raise OpenAIError(400, "prompt is empty", param="prompt")
-    if len(prompts) > MAX_PROMPTS:
-        raise OpenAIError(400, f"at most {MAX_PROMPTS} prompts per request", param="prompt")
     return prompts
 
 
-async def complete(serving: Serving, body: CompletionRequest) -> dict | AsyncIterator[str]:
+async def complete(
+    serving: Serving, body: CompletionRequest, limits: PromptLimits
+) -> dict | AsyncIterator[str]:
     """The response body, or its server-sent events when `body.stream`."""
     refusal = unsupported(body)
     if refusal is not None:
         raise refusal
     backend = serving.backend
-    prompts = _prompts(body.prompt, backend.tokenizer)
+    prompts = await _prompts(body.prompt, backend.tokenizer, limits)
     wants_logprobs = body.logprobs is not None
     params = sampling_params(
         body, body.max_tokens, top_logprobs=body.logprobs or 0,
@@ -142,22 +151,24 @@ async def complete(serving: Serving, body: CompletionRequest) -> dict | AsyncIte
         include_usage = body.stream_options is not None and body.stream_options.include_usage
 
         async def events() -> AsyncIterator[str]:
-            async for prompt_index, delta in merged(streams):
-                choice = choices[prompt_index * body.n + delta.index]
-                text, logprobs = choice.take(delta)
-                chunk = choice.as_dict(text, logprobs, delta.finish_reason)
-                yield f"data: {json.dumps({**base, 'choices': [chunk]})}\n\n"
+            async with contextlib.aclosing(merged(streams)) as deltas:  # closing ends them
+                async for prompt_index, delta in deltas:
+                    choice = choices[prompt_index * body.n + delta.index]
+                    text, logprobs = choice.take(delta)
+                    chunk = choice.as_dict(text, logprobs, delta.finish_reason)
+                    yield f"data: {json.dumps({**base, 'choices': [chunk]})}\n\n"
             if include_usage:
                 yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage()})}\n\n"
             yield "data: [DONE]\n\n"
 
         return events()
     whole = {c.index: _Logprobs() for c in choices}
-    async for prompt_index, delta in merged(streams):
-        choice = choices[prompt_index * body.n + delta.index]
-        _, logprobs = choice.take(delta)
-        for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
-            getattr(whole[choice.index], name).extend(getattr(logprobs, name))
+    async with contextlib.aclosing(merged(streams)) as deltas:
+        async for prompt_index, delta in deltas:
+            choice = choices[prompt_index * body.n + delta.index]
+            _, logprobs = choice.take(delta)
+            for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                getattr(whole[choice.index], name).extend(getattr(logprobs, name))
     return {
         **base,
         "choices": [c.as_dict(c.text, whole[c.index], c.finish_reason) for c in choices],

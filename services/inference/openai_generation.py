@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Generic, TypeVar
 
 from etude.inference.openai_protocol import OpenAIError, SamplingFields
 from etude.inference.serving import Serving
 from etude.inference.types import CompletionDelta, GenerationRequest, InferenceError, SamplingParams
+
+T = TypeVar("T")
 
 
 def sampling_params(body: SamplingFields, max_tokens: int, **extra) -> SamplingParams:
@@ -39,8 +42,36 @@ def new_request(prefix: str, prompt: Sequence[int], sampling: SamplingParams) ->
     )  # fmt: skip
 
 
-async def start(serving: Serving, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
-    """The request's deltas, its first one already awaited: a request the backend refuses
+class Primed(Generic[T]):
+    """An async generator already advanced to its first item: iterating gives that item,
+    then the rest. `aclose` closes the generator, and a generator that has started runs
+    its cleanup when closed, whether or not anyone iterated further (one never started
+    runs none: what it holds would be left to the garbage collector)."""
+
+    def __init__(self, first: T, rest: AsyncGenerator[T]) -> None:
+        self._first: T | None = first
+        self._rest = rest
+
+    def __aiter__(self) -> Primed[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return await anext(self._rest)
+
+    async def aclose(self) -> None:
+        self._first = None
+        await self._rest.aclose()
+
+
+Started = Primed[CompletionDelta]
+"""A started request's deltas, the first one already received; `aclose` ends the request."""
+
+
+async def start(serving: Serving, request: GenerationRequest) -> Started:
+    """The request started, its first delta already awaited: a request the backend refuses
     raises OpenAIError (400, or 503 for an engine that cannot serve) before a response, a
     stream included, has begun."""
     stream = serving.generate(request)
@@ -52,23 +83,13 @@ async def start(serving: Serving, request: GenerationRequest) -> AsyncIterator[C
     except RuntimeError as error:
         await stream.aclose()
         raise OpenAIError(503, str(error), "server_error") from error
-
-    async def deltas() -> AsyncIterator[CompletionDelta]:
-        try:
-            yield first
-            async for delta in stream:
-                yield delta
-        finally:
-            await stream.aclose()
-
-    return deltas()
+    return Primed(first, stream)
 
 
-async def start_all(
-    serving: Serving, requests: list[GenerationRequest]
-) -> list[AsyncIterator[CompletionDelta]]:
-    """Every request started, or none left running: one refused closes the others."""
-    started: list[AsyncIterator[CompletionDelta]] = []
+async def start_all(serving: Serving, requests: list[GenerationRequest]) -> list[Started]:
+    """Every request started, or none left running: one refused (or the caller cancelled,
+    its client gone) closes the others."""
+    started: list[Started] = []
     try:
         for request in requests:
             started.append(await start(serving, request))
@@ -79,21 +100,24 @@ async def start_all(
     return started
 
 
-async def merged(
-    streams: list[AsyncIterator[CompletionDelta]],
-) -> AsyncIterator[tuple[int, CompletionDelta]]:
-    """(stream index, delta) as each stream produces them; closing this closes them all."""
+async def merged(streams: list[Started]) -> AsyncIterator[tuple[int, CompletionDelta]]:
+    """(stream index, delta) as each stream produces them; closing this (or cancelling its
+    consumer) closes them all."""
     queue: asyncio.Queue = asyncio.Queue()
     done = object()
 
-    async def pump(index: int, stream: AsyncIterator[CompletionDelta]) -> None:
-        try:
-            async for delta in stream:
-                await queue.put((index, delta))
-        except BaseException as error:  # handed to the consumer, which re-raises it
-            await queue.put((index, error))
-            return
-        await queue.put((index, done))
+    async def pump(index: int, stream: Started) -> None:
+        # Each pump closes its own stream: only the task iterating a generator may close it.
+        async with contextlib.aclosing(stream):
+            try:
+                async for delta in stream:
+                    queue.put_nowait((index, delta))
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # handed to the consumer, which re-raises it
+                queue.put_nowait((index, error))
+                return
+            queue.put_nowait((index, done))
 
     tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
     try:
@@ -109,11 +133,11 @@ async def merged(
     finally:
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for stream in streams:
-            await stream.aclose()
+        if tasks:
+            # Their streams' cleanup (the engine aborting what is left) is done once this
+            # returns. Under a cancellation that repeats (anyio's), the wait may end early:
+            # the pumps still finish on their own, their cancellation already delivered.
+            await asyncio.wait(tasks)
 
 
 def token_text(tokenizer, token_id: int) -> str:

@@ -12,6 +12,7 @@ update meets the requests in flight, for every backend alike:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
 
@@ -60,8 +61,11 @@ class Serving:
         self._generating += 1
         self._idle.clear()
         try:
-            async for delta in self._generate(request):
-                yield delta
+            # Closed explicitly when this is: the backend then ends the request at once,
+            # not whenever the garbage collector finalizes a generator left suspended.
+            async with contextlib.aclosing(self._generate(request)) as deltas:
+                async for delta in deltas:
+                    yield delta
         finally:
             self._generating -= 1
             if not self._generating:
