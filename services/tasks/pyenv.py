@@ -256,7 +256,9 @@ def _build(
         seen = sandbox.seen(paths)
 
         def run(command: list[str], what: str, proxy: IndexProxy | None = None) -> None:
-            code, output = sandbox.run(command, paths, timeout_s)
+            # The way to the index only while pip installs: nothing else needs the network.
+            where = paths if proxy is not None else replace(paths, index_socket=None)
+            code, output = sandbox.run(command, where, timeout_s)
             if code is None:
                 raise EnvironmentBuildError(f"{task.id}: {what} took over {timeout_s:.0f} s")
             if code != 0:

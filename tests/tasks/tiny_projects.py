@@ -3,6 +3,8 @@ setuptools wheel to build with), a wheelhouse of one of them, and a task on a gi
 made here whose project needs a package etude's own environment does not have.
 
 - `tinydep` 1.0: `double(x)`, as a wheel in a wheelhouse;
+- a wheel of a package installed where etude runs (setuptools, for projects built with a
+  `setup.py`), made from its installed files, offline;
 - `acme/stats`: `twice_sum(xs)` built on `tinydep.double`, its bug at the base commit (the
   first value is dropped) and the fix with its test in the commit after, as an upstream
   repository has them; its task is a SWE-bench record of those two commits.
@@ -10,10 +12,14 @@ made here whose project needs a package etude's own environment does not have.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import importlib.metadata
 import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from etude.tasks.task import Task
@@ -53,6 +59,32 @@ def tinydep_wheelhouse(directory: Path) -> Path:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return house
+
+
+def wheel_of_installed(name: str, directory: Path) -> Path:
+    """A wheel of the pure-Python distribution `name` installed here, made from its files
+    (what pip installed, less bytecode and the installer's own records), in `directory`."""
+    dist = importlib.metadata.distribution(name)
+    info = f"{dist.metadata['Name']}-{dist.version}.dist-info"
+    skipped = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+    files = {}
+    for file in dist.files or []:
+        path = str(file)
+        if path.startswith("..") or path.endswith(".pyc") or "__pycache__" in path:
+            continue
+        if path.startswith(info + "/") and path.split("/", 1)[1] in skipped:
+            continue
+        files[path] = Path(file.locate()).read_bytes()
+    digest = {p: base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b"=").decode()
+              for p, d in files.items()}  # fmt: skip
+    record = [f"{p},sha256={digest[p]},{len(d)}" for p, d in files.items()]
+    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,", ""]).encode()
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = directory / f"{dist.metadata['Name']}-{dist.version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as out:
+        for path, data in files.items():
+            out.writestr(path, data)
+    return wheel
 
 
 BUGGY_STATS = "from tinydep import double\n\n\ndef twice_sum(xs):\n    return double(sum(xs[1:]))\n"
