@@ -27,6 +27,7 @@ change cannot make the test fail earlier, or for another reason, than at the sit
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import math
 import random
@@ -290,7 +291,14 @@ def _expected_exceptions(context: ast.expr, aliases: dict[str, str]) -> tuple[st
     names = []
     for element in elements:
         if isinstance(element, ast.Name):
-            names.append(aliases.get(element.id, element.id))
+            # A module's name or a builtin exception; a parameter or a local (a class
+            # chosen per case) names nothing that can be checked.
+            if element.id in aliases:
+                names.append(aliases[element.id])
+            elif isinstance(getattr(builtins, element.id, None), type):
+                names.append(element.id)
+            else:
+                return ()
         elif isinstance(element, ast.Attribute):
             names.append(element.attr)
         else:
@@ -301,14 +309,16 @@ def _expected_exceptions(context: ast.expr, aliases: dict[str, str]) -> tuple[st
 
 
 def module_aliases(tree: ast.Module) -> dict[str, str]:
-    """Names a test module binds to a class under another name: `from m import E as F`
-    and module-level `F = E` / `F = m.E`."""
+    """The names a test module binds at its top level → the class names they stand for:
+    itself for an imported name or a class, the original for `from m import E as F` and
+    for `F = E` / `F = m.E`."""
     aliases: dict[str, str] = {}
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.ClassDef):
+            aliases[node.name] = node.name
+        elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                if alias.asname:
-                    aliases[alias.asname] = alias.name
+                aliases[alias.asname or alias.name] = alias.name
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
             if isinstance(target, ast.Name):

@@ -164,6 +164,7 @@ def sandbox_argv(
       no user namespace can be made inside (`--disable-userns` and the seccomp filter);
     * the seccomp filter of `seccomp.py`;
     * a read-only root: only /workspace, /tmp (`tmp_bytes`) and /dev/shm are writable;
+    * Étude's own package hidden where a bound directory holds it (`hidden_within`);
     * nothing of the service in /proc: bwrap starts from an empty environment, and its
       own arguments (host paths) come from a pipe, so its /proc/*/cmdline reads
       `bwrap --args 11 --seccomp 10`.
@@ -200,6 +201,8 @@ def sandbox_argv(
         args.append("--disable-userns")
     for d in extra:
         args += ["--ro-bind", d, d]
+    for hidden in hidden_within(extra):
+        args += [*_sized_tmpfs(bwrap, 4096, hidden), "--remount-ro", hidden]
     args += workspace_args
     args += ["--remount-ro", "/", "--remount-ro", "/dev"]
     args += [
@@ -217,6 +220,19 @@ def sandbox_argv(
         "/usr/bin/env", "-i", "/bin/bash", "-c", _LAUNCH, "etude-bwrap",
         filter_path(), str(bwrap.path), str(len(args)), *args, *command,
     ]  # fmt: skip
+
+
+ETUDE_PACKAGE = Path(__file__).resolve().parents[1]
+"""Étude's own package: with the bundled task sets, their gold patches and hidden tests."""
+
+
+def hidden_within(bound: list[str]) -> list[str]:
+    """What must not be seen under the directories bound into a sandbox: Étude's package,
+    where it lies under one of them (an installed etude is in the interpreter's
+    site-packages, which every sandbox sees), so the bundled tasks' answers stay out."""
+    package = str(ETUDE_PACKAGE)
+    inside = any(Path(package).is_relative_to(Path(d).resolve()) for d in bound)
+    return [package] if inside else []
 
 
 def python_environment_variables(root: Path, path: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ import pytest
 
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment
+from etude.sandbox.bwrap import ETUDE_PACKAGE
 from tests.environment.conftest import make_manager, serving
 
 pytestmark = pytest.mark.integration
@@ -133,3 +134,27 @@ async def test_one_session_cannot_see_another(environment, repo):
 
 def quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
+
+
+async def test_the_bundled_tasks_answers_are_hidden_even_where_their_directory_is_bound(
+    tmp_path, repo
+):
+    """Where etude is installed (a container's site-packages, which every sandbox binds so
+    that `python -m pytest` works) its package holds the bundled tasks' gold patches and
+    hidden tests: the sandbox must not show them, whatever else of that directory it shows."""
+    package = ETUDE_PACKAGE
+    tasks_file = package / "tasks" / "etude_mini" / "tasks.jsonl"
+    around = package.parent  # binding this binds the package too
+    beside = next(p for p in around.iterdir() if p.is_file())
+    manager = make_manager(tmp_path, ro_binds=(str(around),))
+    try:
+        async with serving(manager) as (client, _runtime):
+            session = (await client.create_session("t", str(repo))).session_id
+            leaked = await run(client, session, f"head -c 300 {tasks_file}")
+            assert "instance_id" not in leaked and "No such file" in leaked
+            assert (await run(client, session, f"ls -A {package} | wc -l")).startswith("0\n")
+            readable = await run(client, session, f"test -r {beside} && echo readable")
+            assert readable.startswith("readable\n")
+            await still_works(client, session)
+    finally:
+        await manager.close_all()
