@@ -82,8 +82,8 @@ def _tool_texts(tools: Iterable[Tool]) -> Iterable[object]:
 
 def _exceeds(values: Iterable[object], budget: int) -> bool:
     """Whether the strings in `values` (walked through lists and dicts, keys included) hold
-    more than `budget` bytes of UTF-8; stops as soon as they do. Every other value counts
-    a byte, so a huge structure of empty strings or numbers is refused too."""
+    more than `budget` bytes of UTF-8; stops as soon as they do. Every other value but None
+    counts a byte, so a huge structure of numbers is refused too."""
     stack = list(values)
     stack.reverse()
     total = 0
@@ -97,7 +97,7 @@ def _exceeds(values: Iterable[object], budget: int) -> bool:
             stack.extend(value.values())
         elif isinstance(value, list | tuple):
             stack.extend(value)
-        else:
+        elif value is not None:  # a field not given is nothing
             total += 1
         if total > budget:
             return True
