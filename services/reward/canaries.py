@@ -37,6 +37,7 @@ from pathlib import PurePosixPath
 
 from etude.reward.canary_sites import Site, SiteKind, copies, module_aliases, sites
 from etude.reward.changes import regular_file, write_file
+from etude.reward.class_index import ClassIndex
 from etude.tasks.testrun import TestRun
 
 MAX_SOURCES = 16
@@ -151,6 +152,7 @@ def plant(
     functions keep theirs and no copies are made."""
     rng = random.Random(secrets.randbits(64))
     planting = Planting()
+    classes = ClassIndex.of_tree(workdir)
     modules: dict[str, ast.Module] = {}
     candidates: dict[tuple[str, str | None, str], _Source] = {}
     for path in hidden_files:
@@ -162,7 +164,7 @@ def plant(
         except (SyntaxError, ValueError):
             continue  # it cannot be collected either
         modules[path] = tree
-        candidates |= _candidates(path, tree)
+        candidates |= _candidates(path, tree, classes)
     wanted = [candidates[k] for k in map(_key, fail_to_pass) if k in candidates]
     wanted = list({id(s): s for s in wanted}.values())
     rng.shuffle(wanted)
@@ -235,14 +237,16 @@ def _referenced(tree: ast.Module) -> set[str]:
     return found
 
 
-def _candidates(path: str, tree: ast.Module) -> dict[tuple[str, str | None, str], _Source]:
+def _candidates(
+    path: str, tree: ast.Module, classes: ClassIndex | None = None
+) -> dict[tuple[str, str | None, str], _Source]:
     aliases, pinned = module_aliases(tree), _referenced(tree)
     found = {}
     for scope_name, scope in _scopes(tree):
         for function in _test_functions(scope):
             if function.name in pinned:
                 continue
-            best = sites(function, aliases)
+            best = sites(function, aliases, classes)
             if best:
                 found[path, scope_name, function.name] = _Source(
                     path, scope, scope_name, function, best[0]

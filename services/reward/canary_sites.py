@@ -13,10 +13,14 @@ where the real test checks, and for that check's reason:
 - `value`: `assert <expr> == <literal>` (either side; also a name bound to a literal by an
   earlier statement) and unittest's `self.assertEqual(<expr>, <literal>)` and kin. The
   copies expect other values of the same type, the real one at a random place among them.
-- `raises`: `with pytest.raises(X):` (or `self.assertRaises(X)`) whose body then runs
-  bare: a correct program fails the copy with X itself.
-- `identity`: `assert <expr>` turned into `assert not (<expr>)` (`is` into `is not`): for
-  suites with nothing better; it catches a blanket forgery, not an object that pretends.
+- `raises`: `with pytest.raises(X):` (or `self.assertRaises(X)`) expecting another
+  exception class instead, one the module names (a sibling of X, say) or a common builtin,
+  unrelated to X either way (`class_index`): a correct program fails the copy with X
+  itself. Where no such class is known, the copy runs the body bare (fewer copies, one
+  that a forger knowing this scheme can tell).
+- `identity`: an assertion turned into its opposite (`==` into `!=`, `<` into `>=`, `is`
+  into `is not`, `in` into `not in`, `x` into `not x` and back): for suites with nothing
+  better; it catches a blanket forgery, not an object that pretends.
 `column` and `value` copies fail with an AssertionError for a correct program, and pass for
 an object equal to everything: that is how semantic forgery is caught.
 
@@ -34,6 +38,8 @@ import random
 import string
 from dataclasses import dataclass
 from typing import Literal
+
+from etude.reward.class_index import ClassIndex
 
 SiteKind = Literal["column", "value", "raises", "identity"]
 _RANK: dict[SiteKind, int] = {"column": 0, "value": 0, "raises": 1, "identity": 2}
@@ -60,17 +66,22 @@ class Site:
     statement: int
     """Index of the site's statement in the function's body."""
     literals: tuple[Path, ...] = ()
-    """`value`: the literal to change; `column`: the column's value in each row."""
+    """`value`: the literal to change; `column`: the column's value in each row; `raises`:
+    the expected class (when `alternatives` has others to put there)."""
+    alternatives: tuple[str, ...] = ()
+    """`raises`: names of the module (or builtins) of classes to expect instead."""
     shifts: tuple[int, ...] = ()
     """`column`: the rotations that change what every row expects."""
     capacity: int = 1
     """How many distinct copies the site gives."""
 
 
-def sites(function: ast.FunctionDef, aliases: dict[str, str]) -> list[Site]:
+def sites(
+    function: ast.FunctionDef, aliases: dict[str, str], classes: ClassIndex | None = None
+) -> list[Site]:
     """The sites of one test function, best first: those that catch semantic forgery, then
-    those that give the most copies. `aliases`: a module's names for classes under other
-    names (`module_aliases`)."""
+    those that give the most copies. `aliases`: a module's top-level names (`module_aliases`);
+    `classes`: the repository's classes, for exceptions to expect instead (None: none)."""
     if _is_generator(function):
         return []
     found: list[Site] = []
@@ -78,7 +89,7 @@ def sites(function: ast.FunctionDef, aliases: dict[str, str]) -> list[Site]:
     for index, statement in enumerate(function.body):
         if index and _may_return(function.body[index - 1]):
             break
-        site = _site(function, index, statement, columns, aliases)
+        site = _site(function, index, statement, columns, aliases, classes)
         if site is not None:
             found.append(site)
     return sorted(found, key=lambda s: (_RANK[s.kind], -s.capacity))
@@ -100,6 +111,9 @@ def copies(
         (path,) = site.literals
         values = _alternatives(_value(_node_at(function, path)), count, rng)
         return [_changed(function, site, [_literal(v)]) for v in values]
+    if site.alternatives:
+        chosen = rng.sample(site.alternatives, min(count, len(site.alternatives)))
+        return [_changed(function, site, [ast.Name(name, ast.Load())]) for name in chosen]
     return [_changed(function, site, None)][:count]
 
 
@@ -108,7 +122,7 @@ def _changed(
 ) -> ast.FunctionDef:
     copied = copy.deepcopy(function)
     statement = copied.body[site.statement]
-    if site.kind == "raises":
+    if site.kind == "raises" and replacements is None:
         assert isinstance(statement, ast.With)
         copied.body[site.statement : site.statement + 1] = statement.body
     elif site.kind == "identity":
@@ -129,12 +143,13 @@ def _site(
     statement: ast.stmt,
     columns: dict[str, list[Path]],
     aliases: dict[str, str],
+    classes: ClassIndex | None,
 ) -> Site | None:
     if isinstance(statement, ast.With) and len(statement.items) == 1:
         context = statement.items[0].context_expr
         reasons = _expected_exceptions(context, aliases)
         if reasons:
-            return Site("raises", reasons, index)
+            return _raises_site(index, context, reasons, aliases, classes)
     compared = _compared(statement)
     if compared is not None:
         operands, where = compared
@@ -194,7 +209,7 @@ def _column_site(function: ast.FunctionDef, index: int, paths: list[Path] | None
     )  # fmt: skip
     if not shifts:
         return None
-    return Site("column", _ASSERTION, index, tuple(paths), shifts, capacity=len(shifts))
+    return Site("column", _ASSERTION, index, tuple(paths), shifts=shifts, capacity=len(shifts))
 
 
 def _differs(own, other) -> bool:
@@ -273,6 +288,36 @@ def _row_value(row: ast.expr, column: int, width: int, path: Path) -> Path | Non
     if isinstance(row, ast.Tuple | ast.List) and len(row.elts) == width:
         return (*path, ("elts", column))
     return None
+
+
+# Builtin exceptions code commonly raises: what a copy may expect instead, where unrelated.
+_COMMON = ("ValueError", "TypeError", "KeyError", "IndexError", "RuntimeError",
+           "AttributeError", "LookupError", "ZeroDivisionError", "NotImplementedError")  # fmt: skip
+
+
+def _raises_site(
+    index: int,
+    context: ast.expr,
+    reasons: tuple[str, ...],
+    aliases: dict[str, str],
+    classes: ClassIndex | None,
+) -> Site:
+    """A raises site: with the module's (and common builtin) exception classes unrelated to
+    the one expected, when it is a single name; else the body run bare."""
+    assert isinstance(context, ast.Call)
+    if classes is None or len(reasons) != 1 or not isinstance(context.args[0], ast.Name):
+        return Site("raises", reasons, index)
+    (expected,) = reasons
+    local = {name: real for name, real in aliases.items() if classes.is_exception(real)}
+    local |= {name: name for name in _COMMON if name not in aliases}
+    alternatives = tuple(
+        sorted(name for name, real in local.items() if classes.unrelated(real, expected))
+    )
+    if not alternatives:
+        return Site("raises", reasons, index)
+    path: Path = (("body", index), ("items", 0), ("context_expr", None), ("args", 0))
+    return Site("raises", reasons, index, (path,), alternatives=alternatives,
+                capacity=len(alternatives))  # fmt: skip
 
 
 def _expected_exceptions(context: ast.expr, aliases: dict[str, str]) -> tuple[str, ...]:
@@ -377,12 +422,20 @@ def _is_self(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id == "self"
 
 
+_OPPOSITES = {
+    ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE,
+    ast.LtE: ast.Gt, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+}  # fmt: skip
+
+
 def _negated(statement: ast.stmt) -> ast.stmt:
+    """The assertion of the opposite, written as a test would write it."""
     assert isinstance(statement, ast.Assert)
     test = statement.test
-    if isinstance(test, ast.Compare) and [type(o) for o in test.ops] in ([ast.Is], [ast.IsNot]):
-        flipped = ast.IsNot() if isinstance(test.ops[0], ast.Is) else ast.Is()
-        test = ast.Compare(test.left, [flipped], test.comparators)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        test = ast.Compare(test.left, [_OPPOSITES[type(test.ops[0])]()], test.comparators)
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
     else:
         test = ast.UnaryOp(ast.Not(), test)
     return ast.copy_location(ast.Assert(test, statement.msg), statement)

@@ -12,6 +12,7 @@ import pytest
 
 from etude.reward.canaries import Canary, Planting, plant
 from etude.reward.canary_sites import copies, module_aliases, sites
+from etude.reward.class_index import ClassIndex
 from etude.tasks import testrun
 
 
@@ -287,3 +288,77 @@ def test_cases_of_a_parametrized_copy_pair_with_the_real_cases_in_run_order():
     assert judged(outcomes, raised) == ""  # the passing copy case pairs with a failing one
     outcomes["t.py::test_real[b-2]"] = "passed"
     assert "test_copy[b-1]" in judged(outcomes, raised)
+
+
+RAISING_MODULE = """
+import pytest
+
+from calc import CalcError, EvalError, NameError_, SyntaxFault, evaluate
+
+
+def test_a():
+    with pytest.raises(EvalError, match="too many"):
+        evaluate("round(1, 2, 3)")
+"""
+CALC_CLASSES = """
+class CalcError(Exception):
+    pass
+
+
+class EvalError(CalcError):
+    pass
+
+
+class NameError_(EvalError):
+    pass
+
+
+class SyntaxFault(CalcError, ValueError):
+    pass
+"""
+
+
+def test_a_raises_copy_expects_an_unrelated_exception_the_module_or_builtins_name(tmp_path):
+    (tmp_path / "calc.py").write_text(CALC_CLASSES)
+    tree = ast.parse(RAISING_MODULE)
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    [site, *_] = sites(function, module_aliases(tree), ClassIndex.of_tree(tmp_path))
+    assert site.kind == "raises" and site.reasons == ("EvalError",)
+    # Not its base, not its subclass: a program raising EvalError fails every copy.
+    assert "CalcError" not in site.alternatives and "NameError_" not in site.alternatives
+    assert {"SyntaxFault", "KeyError", "TypeError"} <= set(site.alternatives)
+    assert "ValueError" in site.alternatives  # unrelated to EvalError
+    made = copies(function, site, 4, random.Random(0))
+    expected = {c.body[0].items[0].context_expr.args[0].id for c in made}
+    assert len(expected) == 4 and expected <= set(site.alternatives)
+    assert all(c.body[0].items[0].context_expr.keywords for c in made)  # match= kept
+
+
+def test_an_exception_of_unknown_ancestry_gets_the_body_run_bare(tmp_path):
+    (tmp_path / "calc.py").write_text(
+        "from elsewhere import Base\n\n\nclass EvalError(Base):\n    pass\n"
+    )
+    tree = ast.parse(RAISING_MODULE)
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    [site, *_] = sites(function, module_aliases(tree), ClassIndex.of_tree(tmp_path))
+    assert site.kind == "raises" and site.alternatives == ()
+    [copy] = copies(function, site, 4, random.Random(0))
+    assert isinstance(copy.body[0], ast.Expr)  # the with statement is gone
+
+
+@pytest.mark.parametrize(
+    ("assertion", "opposite"),
+    [
+        ("assert f() != 3", "assert f() == 3"),
+        ("assert a < b", "assert a >= b"),
+        ("assert x in items", "assert x not in items"),
+        ("assert f() is None", "assert f() is not None"),
+        ("assert not empty", "assert empty"),
+        ("assert ready(x)", "assert not ready(x)"),
+    ],
+)
+def test_an_identity_copy_asserts_the_opposite_as_a_test_would_write_it(assertion, opposite):
+    _function, site = best_site(f"def test_a():\n    {assertion}\n")
+    function, _ = only_function(f"def test_a():\n    {assertion}\n")
+    [copy] = copies(function, site, 3, random.Random(0))
+    assert ast.unparse(copy.body[0]) == opposite
