@@ -107,9 +107,17 @@ def _grading_sandbox() -> tuple[Bwrap | None, SandboxConfig]:
     (`ETUDE_SANDBOX__*`), so a task passes or fails here as it will in grading."""
     sandbox = SandboxSettings().sandbox.for_grading()
     try:
-        return configured_bwrap(sandbox), sandbox
+        bwrap = configured_bwrap(sandbox)
     except SandboxUnavailableError as error:
         raise fail(str(error)) from None
+    if bwrap is None:
+        # The tasks' code (their suites, their builds) is data from the internet.
+        console.print(
+            "[yellow]warning:[/] ETUDE_SANDBOX__BACKEND=process: the tasks' suites and "
+            "environment builds run on this host without isolation",
+            highlight=False,
+        )
+    return bwrap, sandbox
 
 
 def _write_line(out, task: Task) -> None:
@@ -140,7 +148,7 @@ def synth(
         typer.Option(
             "--environment",
             help="Run a --path project's suite in a Python environment of its dependencies, "
-            "built with pip (implied by the next four options).",
+            "built with pip in a sandbox (implied by the next five options).",
         ),
     ] = False,
     wheelhouse: Annotated[
@@ -149,6 +157,10 @@ def synth(
     index_url: Annotated[
         str | None, typer.Option(help="Build the environment from this package index.")
     ] = None,
+    index_host: Annotated[
+        list[str],
+        typer.Option(help="Another host[:port] the index serves its files from (repeatable)."),
+    ] = [],  # noqa: B006
     requirements: Annotated[
         list[str],
         typer.Option(help="A requirements file of the project (its test dependencies)."),
@@ -168,7 +180,9 @@ def synth(
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise fail(f"--wheelhouse {wheelhouse}: no such directory")
     wanted = ProjectEnvironment(
-        PackageSource(wheelhouse, index_url), tuple(requirements), tuple(pip_package)
+        PackageSource(wheelhouse, index_url, tuple(index_host)),
+        tuple(requirements),
+        tuple(pip_package),
     )
     environment = environment or wanted != ProjectEnvironment()
     if environment and not path:

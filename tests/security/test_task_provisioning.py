@@ -15,6 +15,7 @@ import functools
 import json
 import re
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -414,6 +415,40 @@ def test_a_symlink_in_the_repository_brings_nothing_of_the_host_into_the_build(
     message = str(raised.value)
     assert "FileNotFoundError" in message and "stolen=DONE('" not in message, message
     assert host.operator.read_text().strip() not in message
+
+
+# Finds the environment being built (pip's `--python`, in the sandbox's /proc) and leaves a
+# set-user-id program in it: on the host the file is the service's user's, root's if the
+# service runs as root.
+SET_USER_ID = """
+import glob, os
+for _cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+    try:
+        _words = open(_cmdline, "rb").read().split(b"\\0")
+    except OSError:
+        continue
+    if b"--python" in _words:
+        _root = os.path.dirname(os.path.dirname(_words[_words.index(b"--python") + 1].decode()))
+        with open(os.path.join(_root, "bin", "escalate"), "w") as _out:
+            _out.write("#!/bin/sh\\nid\\n")
+        os.chmod(os.path.join(_root, "bin", "escalate"), 0o6755)
+"""
+
+
+def test_no_set_user_id_file_the_build_leaves_survives_it(tmp_path, bwrap, wheelhouse):
+    checkouts, cache = tmp_path / "checkouts", tmp_path / "cache"
+    root = checkouts / "acme__tiny"
+    make_project(root, "tiny", "tinydep>=1.0", {"tiny/__init__.py": ""}, ".")
+    (root / "backend.py").write_text(SET_USER_ID + (root / "backend.py").read_text())
+    task = task_of("acme/tiny", committed(root))
+    built = python_environment(task, provisioning(checkouts, PackageSource(wheelhouse)), cache)
+    assert built is not None
+    assert (built / "bin" / "escalate").is_file()  # the build's code did leave it
+    special = [
+        str(path) for path in built.rglob("*")
+        if not path.is_symlink() and path.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID)
+    ]  # fmt: skip
+    assert special == []
 
 
 def test_a_project_s_own_git_configuration_and_symlinks_reach_nothing(tmp_path, host):
