@@ -70,7 +70,7 @@ class SourcesConfig(_Part):
 
 class PackagesConfig(_Part):
     """Where the packages of tasks' Python environments come from (etude.tasks.pyenv);
-    neither set: pip's own configuration (PyPI by default)."""
+    neither set: PyPI. Builds run in a sandbox that reaches nothing else."""
 
     wheelhouse: Path | None = None
     """A directory of wheels and sdists, then the only source (no network); a relative path

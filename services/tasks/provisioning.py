@@ -125,7 +125,7 @@ class TaskProvisioning:
 
 
 DEFAULT_PROVISIONING = TaskProvisioning.from_config(TasksConfig())
-"""What a run config that says nothing gives: no sources, pip's configuration, `auto`."""
+"""What a run config that says nothing gives: no sources, PyPI, `auto`."""
 
 
 @dataclass(frozen=True, slots=True)
