@@ -18,10 +18,10 @@ Sandboxes see it read-only at the same path.
 A task's repository is data from the internet, and installing it runs its code (`setup.py`,
 a build backend, the packages it names): every step that does runs in a sandbox
 (etude.tasks.pyenv_build), with the index reachable through a proxy and nothing else
-(etude.tasks.index_proxy). pip receives package requirements only: each entry the task
-names is checked to be one (`name[extras] specifier; marker`, never an option, a path or a
-URL), and the requirements files of the repository hold nothing that chooses another
-package source or reaches outside the repository.
+(etude.tasks.index_proxy). pip receives package requirements only (etude.tasks.pip_input):
+each entry the task names is checked to be one (`name[extras] specifier; marker`, never an
+option, a path or a URL), and the requirements files of the repository hold nothing that
+chooses another package source or reaches outside the repository.
 
 The environment holds no pytest (it is made `--without-pip`, from the interpreter running
 etude, and holds only the project's dependencies). So that `python -m pytest` works in a
@@ -41,7 +41,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import site
 import stat
@@ -53,12 +52,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from etude.common.run_config import protected_overlap, stack_protected_dirs
 from etude.sandbox.bwrap import SandboxUnavailableError
 from etude.tasks.index_proxy import IndexHostError, IndexProxy, index_hosts
 from etude.tasks.materialize import PROJECTS_DIR, MaterializeError, materialize
+from etude.tasks.pip_input import RequirementError, named_packages, requirement, requirement_files
 from etude.tasks.pyenv_build import BuildPaths, BuildSandbox, default_build_sandbox
 from etude.tasks.pyenv_marker import (
     MARKER,
@@ -227,8 +225,11 @@ def _build(
 ) -> dict:
     """Build the environment at `root`; the marker's description of it: the `name==version`
     of what it holds, its site-packages and its Python version."""
-    named = [_requirement(task, entry, "pip_packages") for entry in task.setup.pip_packages]
-    named += [_requirement(task, entry, "packages") for entry in _named_packages(task)]
+    try:
+        named = [requirement(entry, "pip_packages") for entry in task.setup.pip_packages]
+        named += [requirement(entry, "packages") for entry in named_packages(task.setup)]
+    except RequirementError as error:
+        raise EnvironmentBuildError(f"{task.id}: {error}") from None
     wheelhouse = _wheelhouse(task, packages)
     allowed = _allowed_hosts(task, packages) if wheelhouse is None else None
     try:
@@ -246,7 +247,10 @@ def _build(
         source = Path(scratch, "project")
         shutil.copytree(tree, source, symlinks=True, ignore=shutil.ignore_patterns(*IGNORED))
         Path(scratch, "build").mkdir()
-        files = _requirement_files(task, source)
+        try:
+            files = requirement_files(task.setup, source)
+        except RequirementError as error:
+            raise EnvironmentBuildError(f"{task.id}: {error}") from None
         proxied = allowed is not None and sandbox.bwrap is not None
         paths = BuildPaths(
             str(source), str(Path(scratch, "build")), str(root),
@@ -451,138 +455,6 @@ def _allowed_hosts(task: Task, packages: PackageSource) -> frozenset[tuple[str, 
         return index_hosts(packages.index_url, packages.index_hosts)
     except IndexHostError as error:
         raise EnvironmentBuildError(f"{task.id}: {error}") from None
-
-
-# pip reads a requirement that ends like this as a file of the working directory.
-ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz",
-                    ".txz", ".tar.lz", ".tlz")  # fmt: skip
-
-
-def _requirement(task: Task, entry: str, field: str) -> str:
-    """`entry` (of the setup's `field`) as pip receives it: a requirement of a package of
-    the run's index or wheelhouse, `name[extras] specifier; marker`. Never an option
-    (`--target`, `-r`), a path or a URL: pip would take those as orders, or fetch from
-    where the run did not say. A direct reference (`name @ URL`) is refused too: its URL is
-    a package source of the record's choosing."""
-    shown = entry if len(entry) <= 200 else entry[:200] + "…"
-    if not isinstance(entry, str) or entry.strip().startswith("-"):
-        raise EnvironmentBuildError(
-            f"{task.id}: {field} entry {shown!r} is an option, not a package requirement"
-        )
-    try:
-        requirement = Requirement(entry.strip())
-    except InvalidRequirement as error:
-        raise EnvironmentBuildError(
-            f"{task.id}: {field} entry {shown!r} is not a package requirement: {error}"
-        ) from None
-    if requirement.url:
-        raise EnvironmentBuildError(
-            f"{task.id}: {field} entry {shown!r} is a direct reference (name @ URL): packages "
-            "come from the run's index or wheelhouse only"
-        )
-    if requirement.name.lower().endswith(ARCHIVE_SUFFIXES):
-        raise EnvironmentBuildError(
-            f"{task.id}: {field} entry {shown!r} names an archive file, not a package"
-        )
-    return str(requirement)
-
-
-def _named_packages(task: Task) -> list[str]:
-    """SWE-bench's `packages` naming packages (not a requirements or conda file)."""
-    packages = task.setup.packages
-    return packages.split() if packages and not packages.endswith((".txt", ".yml", ".yaml")) else []
-
-
-def _requirement_files(task: Task, source: Path) -> list[str]:
-    """The requirements files the setup names (SWE-bench's `packages` naming a file,
-    SWE-rebench's `reqs_path`), relative to the repository at `source`, each checked."""
-    packages = task.setup.packages
-    if packages.endswith((".yml", ".yaml")):
-        raise EnvironmentBuildError(f"{task.id}: conda environments ({packages}) are not built")
-    files = [*task.setup.reqs_path, *([packages] if packages.endswith(".txt") else [])]
-    top = source.resolve()
-    checked = []
-    for name in files:
-        real = _check_requirements_file(task, top, top / name, name, set())
-        checked.append(str(real.relative_to(top)))
-    return checked
-
-
-# Option lines a requirements file may hold, and whether each takes a value. Options that
-# choose another package source (`--index-url`, `--find-links`, …) are refused: packages
-# come from the run's index or wheelhouse.
-FILE_OPTIONS = {
-    "-r": True, "--requirement": True, "-c": True, "--constraint": True, "-e": True,
-    "--editable": True, "--pre": False, "--prefer-binary": False, "--only-binary": True,
-    "--no-binary": True,
-}  # fmt: skip
-
-
-def _check_requirements_file(task: Task, top: Path, path: Path, shown: str, seen: set) -> Path:
-    """The real path of the requirements file `path` (named `shown`) and of every file it
-    includes (`-r`, `-c`), each inside the repository at `top`, with no option line but
-    `FILE_OPTIONS`; EnvironmentBuildError naming what is refused. pip reads the files in
-    the sandbox, where a path out of the repository finds nothing of the host: refusing
-    them says so at once, instead of as a missing file."""
-    real = path.resolve()
-    if not real.is_relative_to(top):
-        raise EnvironmentBuildError(
-            f"{task.id}: requirements file {shown} is outside the repository"
-        )
-    if not real.is_file():
-        raise EnvironmentBuildError(f"{task.id}: no requirements file {shown} in the repository")
-    if real in seen:
-        return real
-    seen.add(real)
-    for line in _logical_lines(real.read_text(errors="replace")):
-        if not line.startswith("-"):
-            continue  # a requirement: pip reads it in the sandbox, with the run's index
-        try:
-            words = shlex.split(line)
-        except ValueError:
-            words = [line]
-        index = 0
-        while index < len(words):
-            option, inline, value = words[index].partition("=")
-            if not option.startswith("--") and len(option) > 2:  # -rfile
-                option, inline, value = option[:2], "=", words[index][2:]
-            index += 1
-            if option not in FILE_OPTIONS:
-                raise EnvironmentBuildError(
-                    f"{task.id}: requirements file {shown}: {words[index - 1][:100]!r} is not "
-                    "allowed (only requirements, -r, -c, -e of the repository, --pre, "
-                    "--prefer-binary, --only-binary, --no-binary)"
-                )
-            if FILE_OPTIONS[option] and not inline:
-                value = words[index] if index < len(words) else ""
-                index += 1
-            if "$" in value:
-                raise EnvironmentBuildError(
-                    f"{task.id}: requirements file {shown}: {option} {value[:100]!r} names a "
-                    "variable"
-                )
-            if option in ("-r", "--requirement", "-c", "--constraint"):
-                _check_requirements_file(task, top, real.parent / value, value, seen)
-            elif option in ("-e", "--editable"):
-                target = top / re.sub(r"\[[^\]]*\]$", "", value)
-                if (
-                    "://" in value
-                    or "+" in value.split("/")[0]
-                    or not (target.resolve().is_relative_to(top))
-                ):
-                    raise EnvironmentBuildError(
-                        f"{task.id}: requirements file {shown}: -e {value[:100]!r} is not a "
-                        "directory of the repository"
-                    )
-    return real
-
-
-def _logical_lines(text: str) -> list[str]:
-    """The lines of a requirements file as pip reads them: continuations joined, comments
-    and blank lines dropped."""
-    joined = re.sub(r"\\\r?\n", "", text)
-    lines = (re.sub(r"(^|\s+)#.*$", "", line).strip() for line in joined.splitlines())
-    return [line for line in lines if line]
 
 
 @contextlib.contextmanager
