@@ -38,11 +38,11 @@ from etude.common.settings import EtudeSettings, get_settings
 from etude.environment.config import SESSION_CGROUPS, SESSIONS_DIR, EnvironmentSettings
 from etude.sandbox.limits import CgroupSupport
 from etude.sandbox.reclaim import reclaim_cgroups, reclaim_owned_dirs
+from etude.tasks.testrun import GRADING_CGROUPS
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "stack.json"
-GRADING_CGROUPS = "etude-grade-"  # etude.tasks.testrun's, owned by the grading process
 
 # Services `etude up` starts, in dependency order; each runs as `python -m etude.<name>`.
 # A service joins this list when it exists.

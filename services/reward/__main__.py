@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from etude.common.grpc_server import Registration, run_service
+from etude.common.logging import log_fields
 from etude.common.queue import queue_client
 from etude.environment.client import GrpcEnvironment
 from etude.reward.config import RewardSettings
-from etude.reward.grader import Grader
+from etude.reward.grader import Grader, reclaim_leftovers
 from etude.reward.server import RewardServicer, ScoreServicer, registration
 from etude.reward.sim import SimScorer
 from etude.sandbox.bwrap import configured_bwrap
 from etude.tasks.store import TaskStore
 from etude.tasks.taskset import RunTasks
+
+log = logging.getLogger(__name__)
 
 
 async def build(
@@ -30,6 +34,12 @@ async def build(
         resources.push_async_callback(environment.close)
     sandbox = settings.sandbox.for_grading()
     grader = Grader(config, configured_bwrap(sandbox), sandbox)
+    if found := reclaim_leftovers(config):
+        log.info(
+            "reclaimed what killed graders left",
+            extra=log_fields(scratch=found.directories, cgroups=found.cgroups,
+                             processes=found.processes),
+        )  # fmt: skip
     # Tasks come from the task set registered with the run a request names, in Redis.
     redis = queue_client(settings.redis.url)
     resources.push_async_callback(redis.aclose)

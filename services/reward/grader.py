@@ -32,14 +32,17 @@ from etude.reward.tamper import added_lines, decode, is_reverted, runner_access
 from etude.reward.types import Score
 from etude.sandbox.bwrap import Bwrap
 from etude.sandbox.config import SandboxConfig
+from etude.sandbox.reclaim import Reclaimed, owned_dir, reclaim_cgroups, reclaim_owned_dirs
 from etude.tasks.grading_config import UnsupportedTestCommand, command_args
 from etude.tasks.materialize import materialize
 from etude.tasks.provisioning import TaskProvisioning, python_environment
 from etude.tasks.repo import PatchError, apply_patch
 from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Task
-from etude.tasks.testrun import run_pytest
+from etude.tasks.testrun import GRADING_CGROUPS, run_pytest
 
+SCRATCH_DIR = "grading"
+"""Under the reward's cache: one directory per grading process, its patched copies."""
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.MULTILINE)
 _PLAIN_FILE = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
 
@@ -106,8 +109,9 @@ class Grader:
         }
         # On the service's own disk, never the host's /tmp: bounded by the repository and
         # the patch's checked expansion; the tests themselves write only in the sandbox.
-        scratch_root = self.config.cache_dir / "grading"
-        scratch_root.mkdir(parents=True, exist_ok=True)
+        # Under this process's own directory, which the next grader to start reclaims if
+        # this one is killed mid-grading (`reclaim_leftovers`).
+        scratch_root = owned_dir(self.config.cache_dir / SCRATCH_DIR)
         with tempfile.TemporaryDirectory(prefix="etude-grade-", dir=scratch_root) as scratch:
             workdir = Path(scratch) / "repo"
             shutil.copytree(base, workdir, symlinks=True)
@@ -213,6 +217,15 @@ class Grader:
         for path in patched_files(task.test_patch):
             restore(base, workdir, path)
         apply_patch(workdir, task.test_patch)
+
+
+def reclaim_leftovers(config: RewardConfig) -> Reclaimed:
+    """What graders that were killed left: their scratch trees under `config.cache_dir` and
+    the cgroups of their test runs (with every process still in them). What a live grader
+    owns, in this process or another, stays."""
+    assert config.cache_dir is not None
+    found = reclaim_owned_dirs(config.cache_dir / SCRATCH_DIR)
+    return found + reclaim_cgroups(GRADING_CGROUPS)
 
 
 def _tree_bytes(root: Path) -> int:

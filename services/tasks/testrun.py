@@ -54,6 +54,9 @@ PLUGIN_SOURCE = Path(__file__).with_name("grading_plugin.py")
 # Options the grader always sets; they come after the task's own so they win.
 FIXED_ARGS = ("-p", "no:cacheprovider", "-c", "/dev/null", "--color=no", "-q")
 MAX_CHANNEL_BYTES = 64 * 1024**2
+GRADING_CGROUPS = "etude-grade-"
+"""Prefix of a run's cgroup, `etude-grade-<pid>-<random>`: the pid of the process that ran
+it, so what a killed one left is found (etude.sandbox.reclaim)."""
 OUTPUT_TAIL_CHARS = 20_000
 # pytest's exit codes for a suite that did not run its tests: interrupted (a module that
 # failed to collect stops the session), internal error, usage error, nothing collected.
@@ -174,7 +177,7 @@ def run_pytest(
             python_environment=python_environment,
         )  # fmt: skip
     cgroup = SessionCgroup(
-        cgroups or host_cgroups(), f"etude-grade-{os.getpid()}-{secrets.token_hex(6)}", config
+        cgroups or host_cgroups(), f"{GRADING_CGROUPS}{os.getpid()}-{secrets.token_hex(6)}", config
     )
     reader = _ChannelReader(report_read, key.hex().encode())
     started = time.perf_counter()
