@@ -26,6 +26,7 @@ from etude.tasks.repo import (
     commit_snapshot,
     copy_files,
     export_commit,
+    safe_git,
 )
 from etude.tasks.sources import RepositorySources, SourceNotFoundError
 from etude.tasks.synth.sources import SourceError, source_of
@@ -67,7 +68,7 @@ def _head(repository: Path) -> str | None:
     # `--git-dir`: a cache entry without its own .git must not answer with the HEAD of a
     # repository around the cache.
     done = subprocess.run(
-        ["git", "--git-dir", str(repository / ".git"), "rev-parse", "HEAD"],
+        safe_git("--git-dir", str(repository / ".git"), "rev-parse", "HEAD"),
         capture_output=True, text=True,
     )  # fmt: skip
     return done.stdout.strip() if done.returncode == 0 else None

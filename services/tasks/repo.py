@@ -93,7 +93,7 @@ def apply_patch(workdir: Path, patch: str) -> None:
     # makes git apply the patch relative to that repository's root, silently skipping it.
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(workdir.resolve().parent)}
     done = subprocess.run(
-        ["git", "apply", "--whitespace=nowarn", "-"],
+        safe_git("apply", "--whitespace=nowarn", "-"),
         input=patch.encode(), cwd=workdir, capture_output=True, env=env,
     )  # fmt: skip
     if done.returncode != 0:
