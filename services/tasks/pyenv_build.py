@@ -51,6 +51,9 @@ BUILD_DIR = "/build"
 WHEELHOUSE_DIR = "/wheelhouse"
 INDEX_SOCKET = "/run/etude/index.sock"
 RELAY_SOURCE = Path(__file__).with_name("index_relay.py")
+BUILD_CGROUPS = "etude-build-"
+"""Prefix of a build's cgroup, `etude-build-<pid>-<random>`, the shape etude.sandbox.reclaim
+judges by the pid of the process that made it."""
 OUTPUT_TAIL_CHARS = 8000
 # A build writes files as large as a wheel's libraries (a few GiB for some), which a
 # session's RLIMIT_FSIZE would refuse.
@@ -142,12 +145,12 @@ class BuildSandbox:
                 info_fd=None, command=["/usr/bin/env", *settings, *command], uid=limits.uid,
                 gid=limits.uid, tmp_bytes=limits.tmp_bytes,
             )  # fmt: skip
-        cgroup = SessionCgroup(host_cgroups(), f"etude-build-{os.getpid()}-{secrets.token_hex(6)}",
-                               limits)  # fmt: skip
+        name = f"{BUILD_CGROUPS}{os.getpid()}-{secrets.token_hex(6)}"
+        cgroup = SessionCgroup(host_cgroups(), name, limits)
         try:
             with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
                 process = subprocess.Popen(
-                    limited(argv, limits, cgroup), cwd=paths.source if env else "/",
+                    limited(argv, limits, cgroup), cwd=paths.source if self.bwrap is None else "/",
                     stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                     start_new_session=True, env=env or {"PATH": SANDBOX_PATH},
                 )  # fmt: skip

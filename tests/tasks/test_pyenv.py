@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from etude.common.toolcalls import ToolCall
+from etude.sandbox.config import SandboxConfig
 from etude.tasks.materialize import materialize
 from etude.tasks.pyenv import (
     EnvironmentBuildError,
@@ -20,6 +21,7 @@ from etude.tasks.pyenv import (
     build_environment,
     environment_for,
 )
+from etude.tasks.pyenv_build import BuildSandbox
 from etude.tasks.sources import RepositorySources
 from etude.tasks.task import Setup, Task
 from tests.conftest import skip_without_sandboxes
@@ -179,3 +181,17 @@ async def test_a_sandbox_given_the_environment_runs_the_agents_code_with_it(
         await manager.close_all()
     assert ran.result.exit_code == 0, ran.result.output
     assert ran.result.output.split()[:2] == ["edited", "/workspace/src/tiny/__init__.py"]
+
+
+def test_with_the_process_backend_an_environment_is_built_without_isolation_and_says_so(
+    tmp_path, wheelhouse, project, caplog
+):
+    """Hosts without user namespaces (`ETUDE_SANDBOX__BACKEND=process`) build as their
+    sessions run: on the host, under the limits, with a warning."""
+    checkouts, commit = project
+    unisolated = BuildSandbox(None, SandboxConfig())
+    env = build_environment(task_on(commit), checkouts / "acme__tiny", tmp_path / "envs",
+                            PackageSource(wheelhouse), sandbox=unisolated)  # fmt: skip
+    assert "building a Python environment without a sandbox" in caplog.text
+    ran = subprocess.run([str(env.python), "-c", "import tinydep"], capture_output=True)
+    assert ran.returncode == 0, ran.stderr
