@@ -425,7 +425,11 @@ class VllmBackend:
         finally:
             self._in_flight -= n
             self._request_ids.discard(request.request_id)
-            # Closing vLLM's generator aborts the request in the engine and frees its cache.
+            # Closing vLLM's generator aborts the request in the engine and frees its cache
+            # (so does a cancellation reaching it inside `anext`). Its abort hands the engine
+            # core the message before its first await (pyzmq sends at once unless the socket
+            # is full), so a cancellation that repeats (anyio's, as a streamed HTTP response
+            # is torn down) does not lose it.
             await stream.aclose()
 
     def _request_states(self, request_id: str) -> dict[int, Any]:
