@@ -38,6 +38,7 @@ from etude.common.settings import EtudeSettings, get_settings
 from etude.environment.config import SESSION_CGROUPS, SESSIONS_DIR, EnvironmentSettings
 from etude.sandbox.limits import CgroupSupport
 from etude.sandbox.reclaim import reclaim_cgroups, reclaim_owned_dirs
+from etude.tasks.pyenv_build import BUILD_CGROUPS
 from etude.tasks.testrun import GRADING_CGROUPS
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,8 @@ class LocalStack:
             raise
 
     def reclaim_leftovers(self) -> None:
-        """Sessions and grading cgroups of killed services (see the module docstring).
+        """Sessions, grading and environment-build cgroups of killed processes (see the
+        module docstring).
         The environment service does the same for its sessions when it starts; doing it
         here also covers cgroups of services that will not start again."""
         environment = EnvironmentSettings(stack=self.settings.stack).resolved()
@@ -221,7 +223,7 @@ class LocalStack:
         # The sessions' directories first: each holds where its cgroups are.
         found = reclaim_owned_dirs(environment.root_dir / SESSIONS_DIR)
         parents = CgroupSupport.detect().parents.values()  # where the services make theirs
-        for prefix in (SESSION_CGROUPS, GRADING_CGROUPS):
+        for prefix in (SESSION_CGROUPS, GRADING_CGROUPS, BUILD_CGROUPS):
             found += reclaim_cgroups(prefix, parents)
         if found:
             log.info(

@@ -36,6 +36,11 @@ class WorkspaceStore:
         directory for whoever reclaims it after a crash."""
         self.root = root_dir.resolve()
         self.mode = mode
+        self.root.mkdir(parents=True, exist_ok=True)
+        # Only the service's own account may enter: what a sandbox writes lands here owned
+        # by that account (root, as services often run), set-user-id bits included, and a
+        # local user who could reach such a file could run it as that account.
+        self.root.chmod(0o700)
         self.bases = self.root / "bases"
         self.bases.mkdir(parents=True, exist_ok=True)
         self.sessions = owned_dir(self.root / SESSIONS_DIR, cgroup_parents)

@@ -237,9 +237,10 @@ def _tree_bytes(root: Path) -> int:
 
 
 def _selects_by_name(command: str) -> bool:
-    """Whether the task's pytest command picks tests by name (`-k`): its tests keep their
-    names then."""
+    """Whether the task's pytest command picks tests by name (`-k`, `--deselect`, a node id
+    `file::test`): its tests keep their names then."""
     try:
-        return any(a == "-k" or a.startswith("-k") for a in command_args(command))
+        args = command_args(command)
     except UnsupportedTestCommand:
         return False
+    return any(a.startswith(("-k", "--deselect")) or "::" in a for a in args)

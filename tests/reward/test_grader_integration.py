@@ -100,7 +100,7 @@ import logging as _logging
 
 
 def _forge():
-    modules = _logging.sys.modules
+    modules = getattr(_logging, "s" + "ys").modules
     reports = modules["_py" + "test.reports"]
     original = reports.TestReport.__init__
 

@@ -7,8 +7,12 @@ policy must never reach, asserts it cannot, and asserts the session still works 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +162,28 @@ async def test_the_bundled_tasks_answers_are_hidden_even_where_their_directory_i
             await still_works(client, session)
     finally:
         await manager.close_all()
+
+
+async def test_a_set_user_id_file_a_session_writes_is_out_of_other_users_reach(tmp_path, repo):
+    """Files a sandbox writes land in the session's layer owned by the service's account
+    (root here), set-user-id bit and all: another local user must not reach them, even
+    where every directory above the environment's own is open to all."""
+    open_to_all = Path(tempfile.mkdtemp(prefix="etude-open-"))
+    open_to_all.chmod(0o755)
+    manager = make_manager(
+        tmp_path, root_dir=open_to_all / "environment", repository_roots=(tmp_path,)
+    )  # fmt: skip
+    try:
+        async with serving(manager) as (client, _runtime):
+            session = (await client.create_session("t", str(repo))).session_id
+            await run(client, session, "cp /bin/true escalate && chmod 4755 escalate")
+            [planted] = [
+                p for p in open_to_all.rglob("escalate") if p.stat().st_mode & 0o4000
+            ]  # fmt: skip
+            assert planted.stat().st_uid == os.getuid()
+            with pytest.raises(PermissionError):
+                subprocess.run([str(planted)], user=65534, group=65534, extra_groups=[])
+            await still_works(client, session)
+    finally:
+        await manager.close_all()
+        shutil.rmtree(open_to_all, ignore_errors=True)

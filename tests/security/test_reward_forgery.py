@@ -66,7 +66,7 @@ import logging as _logging
 
 
 def _forge():
-    reports = _logging.sys.modules["_py" + "test.reports"]
+    reports = getattr(_logging, "s" + "ys").modules["_py" + "test.reports"]
     original = reports.TestReport.__init__
 
     def forged(self, *args, **kwargs):
@@ -152,6 +152,9 @@ FORGERIES = {
     "usercustomize.py": added("usercustomize.py", MONKEYPATCH),
     "a .pth file": added("forge.pth", "import forge_pth\n") + added("forge_pth.py", MONKEYPATCH),
     "os._exit(0) at import": init_with("\nimport os\nos._exit(0)\n"),
+    "sys reached as an attribute of another module": init_with(
+        "\nimport logging as _l\n_r = _l.sys.modules['_py' + 'test.reports']\n"
+    ),
     "obfuscated sys.modules through getattr": init_with(
         "\nimport sys as _s\n_m = getattr(_s, 'mod' + 'ules')\n"
     ),
