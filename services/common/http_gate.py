@@ -49,6 +49,9 @@ class _TooLarge(Exception):
 
 
 class RequestGate:
+    """The middleware: a credential checked from the headers on `guarded` paths, then the
+    body capped at its route's limit (above)."""
+
     def __init__(
         self,
         app: ASGIApp,

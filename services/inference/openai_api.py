@@ -33,7 +33,7 @@ from etude.common.http_gate import Refusal, RequestGate
 from etude.common.http_server import cancel_on_disconnect
 from etude.common.settings import get_settings
 from etude.common.strict_json import StrictJSONRoute
-from etude.inference.config import InferenceConfig
+from etude.inference.config import InferenceConfig, InferenceSettings
 from etude.inference.openai_chat import chat
 from etude.inference.openai_completions import complete
 from etude.inference.openai_generation import Primed
@@ -93,10 +93,10 @@ def create_app(
     serving: Serving, verifier: Verifier | None = None, config: InferenceConfig | None = None
 ) -> FastAPI:
     """`verifier` unset: the process's credentials (ETUDE_AUTH__*); `config` unset: the
-    settings' defaults (body caps, prompt limits)."""
+    process's settings (ETUDE_INFERENCE__*: body caps, prompt limits)."""
     backend = serving.backend
     verifier = verifier or Verifier.from_settings(get_settings().auth)
-    config = config or InferenceConfig()
+    config = config or InferenceSettings().inference
     limits = PromptLimits(
         backend.max_model_len, config.max_prompt_bytes_per_token, config.max_tool_parameters
     )
