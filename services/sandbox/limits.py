@@ -21,11 +21,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from etude.sandbox.config import SandboxConfig
+from etude.sandbox.procs import descendants
+from etude.sandbox.procs import kill_all as kill_pids
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 RECORD_SUFFIX = ".pids"
@@ -164,6 +167,17 @@ class SessionCgroup:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.01)
+
+    def kill_run(self, process: subprocess.Popen) -> None:
+        """Every process of a one-off run started as `process` in this cgroup: the cgroup's
+        (stopped first, so a fork bomb cannot refill freed slots), else its process tree."""
+        if self.dirs:
+            kill_pids(self.pids)
+        else:
+            kill_pids(lambda: [process.pid, *descendants(process.pid)] if process.poll() is None
+                      else descendants(process.pid))  # fmt: skip
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
 
     def remove(self) -> None:
         self.kill_all()

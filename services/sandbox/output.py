@@ -70,3 +70,10 @@ def cap_output(text: str, head: int = 5000, tail: int = 5000) -> tuple[str, int]
 def join_cut(head: str, cut: int, tail: str) -> str:
     """The kept start and end of a text with the mark of what is missing between them."""
     return f"{head}\n[… {cut} characters cut …]\n{tail}"
+
+
+def file_tail(output, chars: int) -> str:
+    """The last `chars` characters of a binary file of output, read from its end only."""
+    size = output.seek(0, 2)
+    output.seek(max(0, size - _BYTES_PER_CHAR * chars))
+    return output.read().decode(errors="replace")[-chars:]

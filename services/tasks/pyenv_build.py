@@ -22,7 +22,6 @@ steps run without isolation, as the sessions' commands do there, with a warning.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
@@ -44,7 +43,7 @@ from etude.sandbox.bwrap import (
 )
 from etude.sandbox.config import GIB, SandboxConfig, SandboxSettings
 from etude.sandbox.limits import SessionCgroup, limited
-from etude.sandbox.procs import descendants, kill_all
+from etude.sandbox.output import file_tail
 from etude.tasks.testrun import host_cgroups
 
 BUILD_DIR = "/build"
@@ -158,9 +157,12 @@ class BuildSandbox:
                     code: int | None = process.wait(timeout=timeout_s)
                 except subprocess.TimeoutExpired:
                     code = None
-                _kill_everything(process, cgroup)
+                cgroup.kill_run(process)
                 process.wait()
-                said = _tail(stderr).strip() or _tail(stdout).strip()
+                said = (
+                    file_tail(stderr, OUTPUT_TAIL_CHARS).strip()
+                    or file_tail(stdout, OUTPUT_TAIL_CHARS).strip()
+                )
         finally:
             cgroup.remove()
         return code, said
@@ -183,20 +185,3 @@ def default_build_sandbox() -> BuildSandbox:
     """This process's build sandbox, made once (SandboxUnavailableError when bwrap is
     configured and cannot run here)."""
     return BuildSandbox.from_settings()
-
-
-def _kill_everything(process: subprocess.Popen, cgroup: SessionCgroup) -> None:
-    """Whatever the build left running: its cgroup's processes, else its process tree."""
-    if cgroup.dirs:
-        kill_all(cgroup.pids)
-    else:
-        kill_all(lambda: [process.pid, *descendants(process.pid)] if process.poll() is None
-                 else descendants(process.pid))  # fmt: skip
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
-
-
-def _tail(output) -> str:
-    size = output.seek(0, os.SEEK_END)
-    output.seek(max(0, size - 4 * OUTPUT_TAIL_CHARS))
-    return output.read().decode(errors="replace")[-OUTPUT_TAIL_CHARS:]

@@ -46,7 +46,7 @@ from etude.sandbox.bwrap import (
 )
 from etude.sandbox.config import SandboxConfig
 from etude.sandbox.limits import CgroupSupport, SessionCgroup, limited
-from etude.sandbox.procs import descendants, kill_all
+from etude.sandbox.output import file_tail
 from etude.tasks.grading_config import command_args, override_args, read_options
 from etude.tasks.pyenv_marker import RUNNING_PYTHON, NotAnEnvironmentError, read_environment
 
@@ -196,11 +196,11 @@ def run_pytest(
                 process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-            _kill_everything(process, cgroup)
+            cgroup.kill_run(process)
             process.wait()
             seconds = time.perf_counter() - started
             reader.join(5)
-            text = _tail(output)
+            text = file_tail(output, OUTPUT_TAIL_CHARS)
     finally:
         cgroup.remove()
         reader.close()
@@ -279,24 +279,6 @@ def _host_env() -> dict[str, str]:
     """What the process backend sees (bwrap clears it anyway): no PYTHON*/PYTEST* of the
     service's own environment."""
     return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
-
-
-def _kill_everything(process: subprocess.Popen, cgroup: SessionCgroup) -> None:
-    """Every process of the run: its cgroup's (stopped first, so a fork bomb cannot
-    refill freed slots), else its process tree."""
-    if cgroup.dirs:
-        kill_all(cgroup.pids)
-    else:
-        kill_all(lambda: [process.pid, *descendants(process.pid)] if process.poll() is None
-                 else descendants(process.pid))  # fmt: skip
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
-
-
-def _tail(output) -> str:
-    size = output.seek(0, os.SEEK_END)
-    output.seek(max(0, size - 4 * OUTPUT_TAIL_CHARS))
-    return output.read().decode(errors="replace")[-OUTPUT_TAIL_CHARS:]
 
 
 class _ChannelReader(threading.Thread):
