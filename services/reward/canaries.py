@@ -155,6 +155,7 @@ def plant(
     classes = ClassIndex.of_tree(workdir)
     modules: dict[str, ast.Module] = {}
     candidates: dict[tuple[str, str | None, str], _Source] = {}
+    referenced: dict[str, set[str]] = {}
     for path in hidden_files:
         content = regular_file(workdir, path)
         if keep_names or content is None or not path.endswith(".py"):
@@ -163,8 +164,8 @@ def plant(
             tree = ast.parse(content)
         except (SyntaxError, ValueError):
             continue  # it cannot be collected either
-        modules[path] = tree
-        candidates |= _candidates(path, tree, classes)
+        modules[path], referenced[path] = tree, _referenced(tree)
+        candidates |= _candidates(path, tree, referenced[path], classes)
     wanted = [candidates[k] for k in map(_key, fail_to_pass) if k in candidates]
     wanted = list({id(s): s for s in wanted}.values())
     rng.shuffle(wanted)
@@ -178,7 +179,7 @@ def plant(
     groups = [(s, each) for s in wanted]
     groups += [(s, 1) for s in others[:PASS_TO_PASS_SOURCES]]
     for path, tree in modules.items():
-        names = _Names(tree, rng)
+        names = _Names(tree, referenced[path], rng)
         for scope_name, scope in _scopes(tree):
             for function in _test_functions(scope):
                 names.rename(function, path, scope_name, planting)
@@ -238,9 +239,11 @@ def _referenced(tree: ast.Module) -> set[str]:
 
 
 def _candidates(
-    path: str, tree: ast.Module, classes: ClassIndex | None = None
+    path: str, tree: ast.Module, pinned: set[str], classes: ClassIndex | None = None
 ) -> dict[tuple[str, str | None, str], _Source]:
-    aliases, pinned = module_aliases(tree), _referenced(tree)
+    """The test functions of a module that can be copied, by key; `pinned`: the names the
+    module reads (`_referenced`), whose tests stay as they are."""
+    aliases = module_aliases(tree)
     found = {}
     for scope_name, scope in _scopes(tree):
         for function in _test_functions(scope):
@@ -257,11 +260,11 @@ def _candidates(
 class _Names:
     """Fresh test names for one module: random, unlike any name it has."""
 
-    def __init__(self, tree: ast.Module, rng: random.Random) -> None:
+    def __init__(self, tree: ast.Module, pinned: set[str], rng: random.Random) -> None:
         self.rng = rng
-        self.taken = {getattr(n, "name", None) for n in ast.walk(tree)} | _referenced(tree)
+        self.taken = {getattr(n, "name", None) for n in ast.walk(tree)} | pinned
         self.by_scope: dict[tuple[str | None, str], str] = {}
-        self.pinned = _referenced(tree)
+        self.pinned = pinned
 
     def fresh(self) -> str:
         while True:
