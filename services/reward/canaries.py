@@ -145,11 +145,13 @@ class _Source:
 
 def plant(
     workdir, hidden_files: list[str], fail_to_pass: tuple[str, ...],
-    pass_to_pass: tuple[str, ...], *, odds: int, max_copies: int, keep_names: bool = False,
+    pass_to_pass: tuple[str, ...], *, odds: int, max_copies: int, max_cases: int = 40,
+    keep_names: bool = False,
 ) -> Planting:  # fmt: skip
     """Rename the hidden tests, write copies of some among them and the fixed module into
-    `workdir`. `keep_names`: the task's command selects tests by name (`-k`), so test
-    functions keep theirs and no copies are made."""
+    `workdir`. `max_cases`: test cases the copies add at most (a copy of a parametrized
+    test adds one a row). `keep_names`: the task's command selects tests by name (`-k`), so
+    test functions keep theirs and no copies are made."""
     rng = random.Random(secrets.randbits(64))
     planting = Planting()
     classes = ClassIndex.of_tree(workdir)
@@ -169,15 +171,18 @@ def plant(
     wanted = [candidates[k] for k in map(_key, fail_to_pass) if k in candidates]
     wanted = list({id(s): s for s in wanted}.values())
     rng.shuffle(wanted)
-    wanted = wanted[:MAX_SOURCES]
+    # The cheapest first (a parametrized test's copy costs a case a row): within the case
+    # budget, more groups make better odds.
+    wanted = sorted(wanted[:MAX_SOURCES], key=lambda s: _case_count(s.function))
     others = [
         candidates[k] for k in dict.fromkeys(map(_key, pass_to_pass))
         if k in candidates and candidates[k] not in wanted
     ]  # fmt: skip
     rng.shuffle(others)
     each = _copies_each([s.site.capacity for s in wanted], odds, max_copies)
-    groups = [(s, each) for s in wanted]
-    groups += [(s, 1) for s in others[:PASS_TO_PASS_SOURCES]]
+    groups = _within_budget(
+        [(s, each) for s in wanted] + [(s, 1) for s in others[:PASS_TO_PASS_SOURCES]], max_cases
+    )
     for path, tree in modules.items():
         names = _Names(tree, referenced[path], rng)
         for scope_name, scope in _scopes(tree):
@@ -191,6 +196,34 @@ def plant(
         write_file(workdir, path, text.encode())
     _plant_fixed(workdir, hidden_files, planting)
     return planting
+
+
+def _within_budget(groups: list[tuple[_Source, int]], cases: int) -> list[tuple[_Source, int]]:
+    """The groups' copy counts cut, in their order, so that all copies together add at most
+    `cases` test cases; the first group keeps one copy whatever it costs."""
+    kept = []
+    for number, (source, count) in enumerate(groups):
+        each = _case_count(source.function)
+        affordable = min(count, source.site.capacity, cases // each)
+        if number == 0:
+            affordable = max(affordable, 1)
+        if affordable > 0:
+            kept.append((source, affordable))
+            cases -= affordable * each
+    return kept
+
+
+def _case_count(function: ast.FunctionDef) -> int:
+    """How many test cases one run of `function` is: the product of its written-out
+    `parametrize` rows (a parametrization read from elsewhere counts as one)."""
+    count = 1
+    for decorator in function.decorator_list:
+        if (
+            isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", "") == "parametrize"
+            and len(decorator.args) >= 2 and isinstance(decorator.args[1], ast.List | ast.Tuple)
+        ):  # fmt: skip
+            count *= max(1, len(decorator.args[1].elts))
+    return count
 
 
 def _copies_each(capacities: list[int], odds: int, max_copies: int) -> int:

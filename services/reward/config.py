@@ -52,6 +52,10 @@ class RewardConfig(Section):
     succeeds at most once in this many gradings, where the suite has enough tests."""
     canary_copies: int = Field(default=15, ge=1, le=32)
     """Changed copies of one hidden test at most (each adds a run of that test)."""
+    canary_cases: int = Field(default=40, ge=1)
+    """Test cases all copies together add at most (a copy of a parametrized test adds one
+    a row): the bound on what canaries add to a grading's time; the FAIL_TO_PASS tests'
+    copies come first."""
 
 
 class RewardSettings(SandboxSettings):

@@ -154,6 +154,7 @@ class Grader:
                 planting = plant(
                     workdir, present, task.fail_to_pass, task.pass_to_pass,
                     odds=self.config.canary_odds, max_copies=self.config.canary_copies,
+                    max_cases=self.config.canary_cases,
                     keep_names=_selects_by_name(task.test_command),
                 )  # fmt: skip
                 run = run_pytest(

@@ -362,3 +362,13 @@ def test_an_identity_copy_asserts_the_opposite_as_a_test_would_write_it(assertio
     function, _ = only_function(f"def test_a():\n    {assertion}\n")
     [copy] = copies(function, site, 3, random.Random(0))
     assert ast.unparse(copy.body[0]) == opposite
+
+
+def test_copies_stay_within_the_case_budget(tmp_path):
+    """A copy of a parametrized test adds one case a row (three here): the budget bounds
+    them all, and the first group keeps one copy whatever it costs."""
+    for budget, copies_made in ((100, 2), (5, 1), (1, 1)):
+        planting, _text = planted(
+            tmp_path, ("tests/test_f.py::test_doubles[1-2]",), max_cases=budget
+        )  # fmt: skip
+        assert len(planting.canaries) == copies_made, budget

@@ -30,7 +30,8 @@ from tests.tasks.conftest import bwrap  # noqa: F401
 pytestmark = pytest.mark.integration
 
 # A semverkit task with several FAIL_TO_PASS tests whose canaries can be copied many times:
-# a forgery that guesses which copy of each is real wins about once in a thousand gradings.
+# a forgery that guesses which copy of each is real wins about once in a thousand gradings
+# (with the case budget of this module's service).
 GUESSED_TASK = next(
     t for t in read_jsonl(TASKS_FILE) if t.id == "etude-mini.semverkit.swapped_arguments.7f11b478"
 )
@@ -247,7 +248,8 @@ def zip_with(name: str, source: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, bwrap) -> Iterator[str]:  # noqa: F811
-    yield from reward_service(tmp_path_factory, bwrap)
+    # Room for every copy the odds ask for on GUESSED_TASK (its column test has 17 rows).
+    yield from reward_service(tmp_path_factory, bwrap, canary_cases=200)
 
 
 async def test_objects_that_equal_anything_do_not_pass_for_a_fix(service):
