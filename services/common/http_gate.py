@@ -25,9 +25,12 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import grpc
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from etude.common.auth import Verifier, bearer
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,23 @@ Authorize = Callable[[str | None], Refusal | None]
 """The `Authorization` header's value (None when absent) → a refusal, or None to let it in."""
 Respond = Callable[[Refusal], Response]
 """A refusal as the app words its errors."""
+
+
+def role_check(
+    verifier: Verifier, roles: frozenset[str], *, unauthenticated: str, forbidden: str
+) -> Authorize:
+    """Lets in a bearer token of one of `roles`: 401 (`unauthenticated`) without a valid
+    token, 403 (`forbidden`) for a token of another role."""
+
+    def authorize(authorization: str | None) -> Refusal | None:
+        code = verifier.check(bearer(authorization), roles)
+        if code is None:
+            return None
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return Refusal(401, unauthenticated)
+        return Refusal(403, forbidden)
+
+    return authorize
 
 
 class _TooLarge(Exception):

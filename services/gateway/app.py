@@ -40,8 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from redis import exceptions as redis_errors
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from etude.common.auth import OPERATOR_ONLY, Verifier, bearer
-from etude.common.http_gate import Refusal, RequestGate
+from etude.common.auth import OPERATOR_ONLY, Verifier
+from etude.common.http_gate import Authorize, Refusal, RequestGate, role_check
 from etude.common.run_config import RunConfig
 from etude.common.run_metrics import by_phase, read_metrics
 from etude.common.runs import RUN_ID_PATTERN, TERMINAL, RunNotFoundError, RunRecord, RunRegistry
@@ -192,35 +192,30 @@ GUARDED = ("/runs", "/tasksets")
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
-def _refusal(verifier: Verifier, token: str | None) -> Refusal | None:
-    if verifier.check(token, OPERATOR_ONLY) is None:
-        return None
-    if verifier.role_of(token) is None:
-        return Refusal(401, "a credential is required")
-    return Refusal(403, "this endpoint is for the operator role")
-
-
 def _refused(refusal: Refusal) -> JSONResponse:
     headers = CHALLENGE if refusal.status == 401 else None
     return JSONResponse({"detail": refusal.message}, refusal.status, headers=headers)
 
 
-def operator_only(verifier: Verifier):
-    """A dependency that lets a request through only with the operator's token (behind the
-    gate, which refuses first: a second line, and what the OpenAPI document shows)."""
+def operator_only(authorize: Authorize):
+    """A dependency that lets a request through only with the operator's token, as
+    `authorize` decides (behind the gate, which refuses first: a second line, and what the
+    OpenAPI document shows)."""
     scheme = HTTPBearer(auto_error=False, description="The operator role's token.")
 
-    # A default, not `Annotated[..., Depends(scheme)]`: with postponed annotations FastAPI
-    # would have to resolve the local `scheme` from a string.
-    async def authorize(
-        credentials: HTTPAuthorizationCredentials | None = Depends(scheme),  # noqa: B008
+    # `scheme` only declares the credential to the OpenAPI document; the header is read as
+    # the gate reads it. A default, not `Annotated[..., Depends(scheme)]`: with postponed
+    # annotations FastAPI would have to resolve the local `scheme` from a string.
+    async def dependency(
+        request: Request,
+        _: HTTPAuthorizationCredentials | None = Depends(scheme),  # noqa: B008
     ) -> None:
-        refusal = _refusal(verifier, credentials.credentials if credentials else None)
+        refusal = authorize(request.headers.get("authorization"))
         if refusal is not None:
             headers = CHALLENGE if refusal.status == 401 else None
             raise HTTPException(refusal.status, refusal.message, headers=headers)
 
-    return authorize
+    return dependency
 
 
 NOT_FOUND = {404: {"model": Problem, "description": "No such run."}}
@@ -247,9 +242,14 @@ def create_app(
     Redis client is made in the app's lifespan, on the loop that serves the requests, and
     the reaper runs there. `verifier` unset: the process's credentials (ETUDE_AUTH__*);
     `config` unset: the process's settings (ETUDE_GATEWAY__*: the body caps)."""
-    verifier = verifier or Verifier.from_settings(get_settings().auth)
+    authorize = role_check(
+        verifier or Verifier.from_settings(get_settings().auth),
+        OPERATOR_ONLY,
+        unauthenticated="a credential is required",
+        forbidden="this endpoint is for the operator role",
+    )
     config = config or GatewaySettings().gateway
-    guarded = [Depends(operator_only(verifier))]
+    guarded = [Depends(operator_only(authorize))]
 
     async def reap(runs: RunRegistry, run_id: str | None = None) -> None:
         """End the runs whose process exited (all of them: `exited` hands each exit over
@@ -300,7 +300,7 @@ def create_app(
     )
     app.add_middleware(
         RequestGate,
-        authorize=lambda authorization: _refusal(verifier, bearer(authorization)),
+        authorize=authorize,
         guarded=GUARDED,
         respond=_refused,
         max_body_bytes=config.max_body_bytes,

@@ -28,8 +28,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from etude.common.auth import ACCESS, Verifier, bearer, metrics_authorizer
-from etude.common.http_gate import Refusal, RequestGate
+from etude.common.auth import ACCESS, Verifier, metrics_authorizer
+from etude.common.http_gate import Refusal, RequestGate, role_check
 from etude.common.http_server import cancel_on_disconnect
 from etude.common.settings import get_settings
 from etude.common.strict_json import StrictJSONRoute
@@ -75,15 +75,6 @@ class _Refused(Exception):
         self.refusal = refusal
 
 
-def _refusal(verifier: Verifier, authorization: str | None) -> Refusal | None:
-    token = bearer(authorization)
-    if verifier.check(token, GENERATE_ROLES) is None:
-        return None
-    if verifier.role_of(token) is None:
-        return Refusal(401, "a valid API key (a role token) is required")
-    return Refusal(403, "this API key's role may not generate")
-
-
 def _refused(refusal: Refusal) -> JSONResponse:
     kind = _KINDS.get(refusal.status, "invalid_request_error")  # 413
     return _error(refusal.status, refusal.message, kind)
@@ -95,24 +86,29 @@ def create_app(
     """`verifier` unset: the process's credentials (ETUDE_AUTH__*); `config` unset: the
     process's settings (ETUDE_INFERENCE__*: body caps, prompt limits)."""
     backend = serving.backend
-    verifier = verifier or Verifier.from_settings(get_settings().auth)
+    authorize = role_check(
+        verifier or Verifier.from_settings(get_settings().auth),
+        GENERATE_ROLES,
+        unauthenticated="a valid API key (a role token) is required",
+        forbidden="this API key's role may not generate",
+    )
     config = config or InferenceSettings().inference
     limits = PromptLimits(
         backend.max_model_len, config.max_prompt_bytes_per_token, config.max_tool_parameters
     )
 
-    async def authorize(request: Request) -> None:  # behind the gate: a second line
-        refusal = _refusal(verifier, request.headers.get("authorization"))
+    async def authorized(request: Request) -> None:  # behind the gate: a second line
+        refusal = authorize(request.headers.get("authorization"))
         if refusal is not None:
             raise _Refused(refusal)
 
-    guarded = [Depends(authorize)]
+    guarded = [Depends(authorized)]
     metrics_allowed = metrics_authorizer(get_settings().auth)  # its tokens read once
     app = FastAPIOffline(title="Étude inference (OpenAI-compatible)")  # /docs without a CDN
     app.router.route_class = StrictJSONRoute  # every route below: a NaN, or `"\ud800"` → 400
     app.add_middleware(
         RequestGate,
-        authorize=lambda authorization: _refusal(verifier, authorization),
+        authorize=authorize,
         guarded=GUARDED,
         respond=_refused,
         max_body_bytes=config.http_max_body_bytes,

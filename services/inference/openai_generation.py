@@ -112,8 +112,6 @@ async def merged(streams: list[Started]) -> AsyncIterator[tuple[int, CompletionD
             try:
                 async for delta in stream:
                     queue.put_nowait((index, delta))
-            except asyncio.CancelledError:
-                raise
             except Exception as error:  # handed to the consumer, which re-raises it
                 queue.put_nowait((index, error))
                 return
