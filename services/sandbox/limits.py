@@ -116,6 +116,14 @@ def _writable(directory: Path) -> bool:
     return True
 
 
+def cgroup_pids(directory: Path) -> list[int]:
+    """The processes in the cgroup `directory`; none if it is gone."""
+    try:
+        return [int(p) for p in (directory / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
 class SessionCgroup:
     """The cgroup(s) of one session's sandbox."""
 
@@ -142,12 +150,7 @@ class SessionCgroup:
             self.dirs = [memory, pids]
 
     def pids(self) -> list[int]:
-        if not self.dirs:
-            return []
-        try:
-            return [int(p) for p in (self.dirs[-1] / "cgroup.procs").read_text().split()]
-        except OSError:
-            return []
+        return cgroup_pids(self.dirs[-1]) if self.dirs else []
 
     def oom_killed(self) -> bool:
         """Whether the memory limit killed a process of this session."""

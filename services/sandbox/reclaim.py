@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
 
-from etude.sandbox.limits import RECORD_SUFFIX, CgroupSupport
+from etude.sandbox.limits import RECORD_SUFFIX, CgroupSupport, cgroup_pids
 from etude.sandbox.procs import descendants, kill_all
 
 log = logging.getLogger(__name__)
@@ -151,10 +151,10 @@ def _remove_cgroup(directory: Path) -> tuple[int, bool]:
     """(processes killed, whether it is gone). Its own child cgroups go first."""
     killed = 0
     for inner, _subdirs, _files in os.walk(directory, topdown=False):
-        procs = Path(inner) / "cgroup.procs"
-        killed += kill_all(lambda procs=procs: _pids_in(procs))
+        pids = partial(cgroup_pids, Path(inner))
+        killed += kill_all(pids)
         deadline = time.monotonic() + EMPTY_WAIT_SECONDS
-        while _pids_in(procs) and time.monotonic() < deadline:
+        while pids() and time.monotonic() < deadline:
             time.sleep(0.01)
         try:
             os.rmdir(inner)
@@ -164,13 +164,6 @@ def _remove_cgroup(directory: Path) -> tuple[int, bool]:
             log.warning("cannot remove the leftover cgroup %s: %s", inner, error)
             return killed, False
     return killed, True
-
-
-def _pids_in(procs: Path) -> list[int]:
-    try:
-        return [int(p) for p in procs.read_text().split()]
-    except OSError:
-        return []
 
 
 def owned_dir(parent: Path, cgroup_parents: Iterable[Path] = ()) -> Path:

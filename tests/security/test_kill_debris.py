@@ -37,7 +37,7 @@ from etude.environment.client import GrpcEnvironment
 from etude.environment.types import SessionNotFoundError
 from etude.sandbox.bwrap import check_bwrap_works, configured_bwrap
 from etude.sandbox.config import SandboxConfig
-from etude.sandbox.limits import CgroupSupport, SessionCgroup, limited
+from etude.sandbox.limits import CgroupSupport, SessionCgroup, cgroup_pids, limited
 from etude.sandbox.reclaim import Owner
 from tests.conftest import skip_without_sandboxes
 from tests.sandbox.conftest import small_sandbox
@@ -167,9 +167,9 @@ def clean_up(nonce: str, sessions: list[str]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     for directory in cgroups_of(sessions):
-        for pid in (directory / "cgroup.procs").read_text().split():
+        for pid in cgroup_pids(directory):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
         with contextlib.suppress(OSError):
             directory.rmdir()
