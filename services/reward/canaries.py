@@ -35,7 +35,14 @@ import string
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from etude.reward.canary_sites import Site, SiteKind, copies, module_aliases, sites
+from etude.reward.canary_sites import (
+    Site,
+    SiteKind,
+    copies,
+    module_aliases,
+    sites,
+    written_rows,
+)
 from etude.reward.changes import regular_file, write_file
 from etude.reward.class_index import ClassIndex
 from etude.tasks.testrun import TestRun
@@ -134,7 +141,7 @@ def _copy_violation(run: TestRun, canary: Canary) -> str:
     return ""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # one per test function: compared by identity
 class _Source:
     path: str
     scope: list[ast.stmt]
@@ -146,15 +153,16 @@ class _Source:
 def plant(
     workdir, hidden_files: list[str], fail_to_pass: tuple[str, ...],
     pass_to_pass: tuple[str, ...], *, odds: int, max_copies: int, max_cases: int = 40,
-    keep_names: bool = False,
+    keep_names: bool = False, classes: ClassIndex | None = None,
 ) -> Planting:  # fmt: skip
     """Rename the hidden tests, write copies of some among them and the fixed module into
     `workdir`. `max_cases`: test cases the copies add at most (a copy of a parametrized
     test adds one a row). `keep_names`: the task's command selects tests by name (`-k`), so
-    test functions keep theirs and no copies are made."""
+    test functions keep theirs and no copies are made. `classes`: the classes `workdir`
+    defines (read from it when not given)."""
     rng = random.Random(secrets.randbits(64))
     planting = Planting()
-    classes = ClassIndex.of_tree(workdir)
+    classes = classes or ClassIndex.of_tree(workdir)
     modules: dict[str, ast.Module] = {}
     candidates: dict[tuple[str, str | None, str], _Source] = {}
     referenced: dict[str, set[str]] = {}
@@ -168,8 +176,8 @@ def plant(
             continue  # it cannot be collected either
         modules[path], referenced[path] = tree, _referenced(tree)
         candidates |= _candidates(path, tree, referenced[path], classes)
-    wanted = [candidates[k] for k in map(_key, fail_to_pass) if k in candidates]
-    wanted = list({id(s): s for s in wanted}.values())
+    # Cases of one test name the same source: each source once.
+    wanted = list(dict.fromkeys(candidates[k] for k in map(_key, fail_to_pass) if k in candidates))
     rng.shuffle(wanted)
     # The cheapest first (a parametrized test's copy costs a case a row): within the case
     # budget, more groups make better odds.
@@ -216,14 +224,10 @@ def _within_budget(groups: list[tuple[_Source, int]], cases: int) -> list[tuple[
 def _case_count(function: ast.FunctionDef) -> int:
     """How many test cases one run of `function` is: the product of its written-out
     `parametrize` rows (a parametrization read from elsewhere counts as one)."""
-    count = 1
-    for decorator in function.decorator_list:
-        if (
-            isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", "") == "parametrize"
-            and len(decorator.args) >= 2 and isinstance(decorator.args[1], ast.List | ast.Tuple)
-        ):  # fmt: skip
-            count *= max(1, len(decorator.args[1].elts))
-    return count
+    return math.prod(
+        max(1, len(rows.elts))
+        for rows in map(written_rows, function.decorator_list) if rows is not None
+    )  # fmt: skip
 
 
 def _copies_each(capacities: list[int], odds: int, max_copies: int) -> int:

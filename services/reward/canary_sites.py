@@ -154,8 +154,7 @@ def _site(
     if compared is not None:
         operands, where = compared
         for side, operand in enumerate(operands):
-            if _changeable(operand):
-                capacity = len(_alternatives(_value(operand), MAX_CAPACITY, random.Random(0)))
+            if capacity := _capacity(operand):
                 path = (("body", index), *where(side))
                 return Site("value", _ASSERTION, index, (path,), capacity=capacity)
             if isinstance(operand, ast.Name) and _only_read_at(function, index, operand.id):
@@ -181,13 +180,11 @@ def _bound_literal(function: ast.FunctionDef, index: int, name: str) -> Site | N
     for earlier in range(index - 1, -1, -1):
         statement = function.body[earlier]
         if _assigns(statement, name):
-            if (
+            simple = (
                 isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name) and _changeable(statement.value)
-            ):  # fmt: skip
-                capacity = len(
-                    _alternatives(_value(statement.value), MAX_CAPACITY, random.Random(0))
-                )
+                and isinstance(statement.targets[0], ast.Name)
+            )  # fmt: skip
+            if simple and (capacity := _capacity(statement.value)):
                 path: Path = (("body", earlier), ("value", None))
                 return Site("value", _ASSERTION, index, (path,), capacity=capacity)
             return None
@@ -248,14 +245,9 @@ def _parametrize_columns(function: ast.FunctionDef) -> dict[str, list[Path]]:
     whose rows are all written out as literals."""
     columns: dict[str, list[Path]] = {}
     for number, decorator in enumerate(function.decorator_list):
-        if not (
-            isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
-            and decorator.func.attr == "parametrize" and len(decorator.args) >= 2
-        ):  # fmt: skip
-            continue
-        names = _argnames(decorator.args[0])
-        rows = decorator.args[1]
-        if not names or not isinstance(rows, ast.List | ast.Tuple) or not rows.elts:
+        rows = written_rows(decorator)
+        names = _argnames(decorator.args[0]) if rows is not None else []
+        if not names or not rows.elts:
             continue
         base: Path = (("decorator_list", number), ("args", 1))
         for column, name in enumerate(names):
@@ -268,6 +260,17 @@ def _parametrize_columns(function: ast.FunctionDef) -> dict[str, list[Path]]:
             else:
                 columns[name] = paths
     return columns
+
+
+def written_rows(decorator: ast.expr) -> ast.List | ast.Tuple | None:
+    """The rows of a `parametrize(names, [rows…])` decorator written out in it, else None
+    (another decorator, or rows read from elsewhere)."""
+    if (
+        isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", "") == "parametrize"
+        and len(decorator.args) >= 2 and isinstance(decorator.args[1], ast.List | ast.Tuple)
+    ):  # fmt: skip
+        return decorator.args[1]
+    return None
 
 
 def _argnames(node: ast.expr) -> list[str]:
@@ -454,9 +457,11 @@ def _value(node: ast.expr):
 _NOTHING = object()
 
 
-def _changeable(node: ast.AST) -> bool:
-    value = _value(node) if isinstance(node, ast.expr) else _NOTHING
-    return value is not _NOTHING and bool(_alternatives(value, 1, random.Random(0)))
+def _capacity(node: ast.expr) -> int:
+    """How many other values of its kind a literal can take (at most MAX_CAPACITY); 0 for
+    no literal, or one with none."""
+    value = _value(node)
+    return 0 if value is _NOTHING else len(_alternatives(value, MAX_CAPACITY, random.Random(0)))
 
 
 def _literal(value) -> ast.expr:

@@ -4,9 +4,10 @@ from the other). A canary that expects another exception than the real test
 (`canary_sites`) must expect one the right program cannot raise.
 
 Read with a regular expression over every Python file (`class Name(Base, pkg.Other):`), so
-a large repository costs one pass of reading; a class whose bases cannot be followed to
-builtins (a base from a dependency, a header split over lines) has no known ancestry, and
-nothing is concluded about it.
+a large repository costs one pass of reading, and a grading, which changes a few files of
+a repository it grades again and again, reads only those (`with_files`). A class whose
+bases cannot be followed to builtins (a base from a dependency, a header split over lines)
+has no known ancestry, and nothing is concluded about it.
 """
 
 from __future__ import annotations
@@ -21,20 +22,39 @@ _MAX_FILE_BYTES = 2 * 1024**2
 _SKIPPED_DIRECTORIES = {".git", "node_modules", "__pycache__", ".tox", ".venv", "venv"}
 
 
+Definitions = dict[str, set[str]]
+"""Class name → the names of its bases, as one file (or a whole tree) defines them."""
+
+
 class ClassIndex:
-    def __init__(self, bases: dict[str, set[str]]) -> None:
-        self._bases = bases
+    def __init__(self, files: dict[str, Definitions]) -> None:
+        """`files`: each Python file's definitions, by its path under the tree."""
+        self._files = files
+        self._bases: Definitions = {}
+        for definitions in files.values():  # a name defined twice: the bases of both
+            for name, bases in definitions.items():
+                self._bases.setdefault(name, set()).update(bases)
         self._ancestry: dict[str, frozenset[str] | None] = {}
 
     @classmethod
     def of_tree(cls, root: Path) -> ClassIndex:
-        bases: dict[str, set[str]] = {}
+        files: dict[str, Definitions] = {}
         for directory, subdirs, names in os.walk(root):
             subdirs[:] = [d for d in subdirs if d not in _SKIPPED_DIRECTORIES]
             for name in names:
                 if name.endswith(".py"):
-                    _read(Path(directory, name), bases)
-        return cls(bases)
+                    path = Path(directory, name)
+                    files[str(path.relative_to(root))] = _read(path)
+        return cls(files)
+
+    def with_files(self, root: Path, paths: list[str]) -> ClassIndex:
+        """This index with `paths` (under `root`) read again: a copy of the tree it was made
+        from in which those files changed, appeared or went."""
+        files = dict(self._files)
+        for path in paths:
+            if path.endswith(".py"):
+                files[path] = _read(root / path)
+        return ClassIndex(files)
 
     def ancestry(self, name: str) -> frozenset[str] | None:
         """`name` and every class it derives from, by name; None where that is not known
@@ -67,16 +87,19 @@ class ClassIndex:
         return a is not None and b is not None and first not in b and second not in a
 
 
-def _read(path: Path, bases: dict[str, set[str]]) -> None:
+def _read(path: Path) -> Definitions:
+    """The classes one file defines (none where it is missing, a link or too large)."""
+    definitions: Definitions = {}
     try:
         if path.is_symlink() or path.stat().st_size > _MAX_FILE_BYTES:
-            return
+            return definitions
         text = path.read_text(errors="replace")
     except OSError:
-        return
+        return definitions
     for match in _CLASS.finditer(text):
         named = [
             part.strip().split(".")[-1] for part in (match[2] or "").split(",")
             if part.strip() and "=" not in part  # `metaclass=...` is no base
         ]  # fmt: skip
-        bases.setdefault(match[1], set()).update(named or ["object"])
+        definitions.setdefault(match[1], set()).update(named or ["object"])
+    return definitions

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from etude.reward.canaries import plant
 from etude.reward.changes import changed_paths, regular_file, restore
+from etude.reward.class_index import ClassIndex
 from etude.reward.config import RewardConfig
 from etude.reward.functions import REWARD_FUNCTIONS, Outcome
 from etude.reward.patch_size import PatchTooLarge, check_expansion
@@ -99,6 +101,15 @@ class Grader:
             time.perf_counter() - started, score.error, score.timed_out,
         )  # fmt: skip
 
+    @functools.cached_property
+    def _scratch(self) -> Path:
+        """Where patched copies go: on the service's own disk, never the host's /tmp
+        (bounded by the repository and the patch's checked expansion; the tests themselves
+        write only in the sandbox), under this process's own directory, which the next
+        grader to start reclaims if this one is killed mid-grading (`reclaim_leftovers`)."""
+        assert self.config.cache_dir is not None
+        return owned_dir(self.config.cache_dir / SCRATCH_DIR)
+
     def _grade(self, task: Task, patch: str, base: Path, environment: Path | None) -> Score:
         components = {
             "patch_lines": float(sum(1 for line in patch.splitlines() if line[:1] in "+-")),
@@ -107,12 +118,7 @@ class Grader:
             "runner_access": 0.0,
             "tampered": 0.0,
         }
-        # On the service's own disk, never the host's /tmp: bounded by the repository and
-        # the patch's checked expansion; the tests themselves write only in the sandbox.
-        # Under this process's own directory, which the next grader to start reclaims if
-        # this one is killed mid-grading (`reclaim_leftovers`).
-        scratch_root = owned_dir(self.config.cache_dir / SCRATCH_DIR)
-        with tempfile.TemporaryDirectory(prefix="etude-grade-", dir=scratch_root) as scratch:
+        with tempfile.TemporaryDirectory(prefix="etude-grade-", dir=self._scratch) as scratch:
             workdir = Path(scratch) / "repo"
             shutil.copytree(base, workdir, symlinks=True)
             try:
@@ -156,6 +162,7 @@ class Grader:
                     odds=self.config.canary_odds, max_copies=self.config.canary_copies,
                     max_cases=self.config.canary_cases,
                     keep_names=_selects_by_name(task.test_command),
+                    classes=_classes_of(base).with_files(workdir, [*kept, *hidden]),
                 )  # fmt: skip
                 run = run_pytest(
                     workdir, task.test_command, bwrap=self.bwrap, config=self.sandbox,
@@ -227,6 +234,13 @@ def reclaim_leftovers(config: RewardConfig) -> Reclaimed:
     assert config.cache_dir is not None
     found = reclaim_owned_dirs(config.cache_dir / SCRATCH_DIR)
     return found + reclaim_cgroups(GRADING_CGROUPS)
+
+
+@functools.lru_cache(maxsize=64)
+def _classes_of(base: Path) -> ClassIndex:
+    """The classes a task's base repository defines: read once per process (a base never
+    changes once built), each grading reading again only the files it changed."""
+    return ClassIndex.of_tree(base)
 
 
 def _tree_bytes(root: Path) -> int:

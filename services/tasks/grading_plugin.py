@@ -28,6 +28,7 @@ import hmac
 import json
 import os
 import pkgutil
+import shutil
 import sys
 
 
@@ -130,17 +131,11 @@ def _add_site_dirs(directories):
     sys.path[:] = [*before[:at], *added, *before[at:]]
 
 
-def _copy_tree(source, target):
-    """The tree to test, copied into the sandbox's own size-limited workspace (links kept
-    as links: one pointing out of the tree points into the sandbox, not the host)."""
-    import shutil
-
-    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-
-
 def main(spec):
     if "copy_from" in spec:
-        _copy_tree(spec["copy_from"], spec["workspace"])
+        # The tree to test, copied into the sandbox's own size-limited workspace (links kept
+        # as links: one pointing out of the tree points into the sandbox, not the host).
+        shutil.copytree(spec["copy_from"], spec["workspace"], symlinks=True, dirs_exist_ok=True)
     key = _read_key(spec["key_fd"])
     channel = _Channel(spec["report_fd"], key)
     for variable in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):

@@ -372,3 +372,19 @@ def test_copies_stay_within_the_case_budget(tmp_path):
             tmp_path, ("tests/test_f.py::test_doubles[1-2]",), max_cases=budget
         )  # fmt: skip
         assert len(planting.canaries) == copies_made, budget
+
+
+def test_a_class_index_reads_again_only_the_files_a_grading_changed(tmp_path):
+    """A fix may give an exception a new base: a copy must not expect that base."""
+    (tmp_path / "calc.py").write_text(CALC_CLASSES)
+    (tmp_path / "other.py").write_text("class Unrelated(Exception):\n    pass\n")
+    base = ClassIndex.of_tree(tmp_path)
+    assert base.unrelated("EvalError", "ValueError")
+    (tmp_path / "calc.py").write_text(
+        CALC_CLASSES.replace("EvalError(CalcError)", "EvalError(CalcError, ValueError)")
+    )
+    (tmp_path / "other.py").unlink()
+    changed = base.with_files(tmp_path, ["calc.py", "other.py"])
+    assert not changed.unrelated("EvalError", "ValueError")
+    assert changed.ancestry("Unrelated") is None  # its file is gone
+    assert base.unrelated("EvalError", "ValueError")  # the base's own index is unchanged
