@@ -9,9 +9,9 @@ Overrides on the command line use dotted keys: `trainer.steps=4 rollout.group_si
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -180,24 +180,40 @@ def protected_overlap(path: Path, protected: Iterable[Path]) -> Path | None:
     return None
 
 
-def task_paths(tasks: TasksConfig) -> Iterator[tuple[str, Path]]:
+class TaskSources(Protocol):
+    """Where a run's repositories are: its config's `tasks.sources`, or what it registered
+    (etude.tasks.sources.RepositorySources)."""
+
+    @property
+    def repositories(self) -> Mapping[str, Path]: ...
+    @property
+    def checkouts(self) -> Sequence[Path]: ...
+    @property
+    def projects(self) -> Sequence[Path]: ...
+
+
+def task_paths(sources: TaskSources, wheelhouse: Path | None) -> Iterator[tuple[str, Path]]:
     """(field, path) of every path a run's tasks are built from."""
-    sources = tasks.sources
     for name, path in sources.repositories.items():
         yield f"tasks.sources.repositories[{name}]", path
     for index, path in enumerate(sources.checkouts):
         yield f"tasks.sources.checkouts[{index}]", path
     for index, path in enumerate(sources.projects):
         yield f"tasks.sources.projects[{index}]", path
-    if tasks.packages.wheelhouse is not None:
-        yield "tasks.packages.wheelhouse", tasks.packages.wheelhouse
+    if wheelhouse is not None:
+        yield "tasks.packages.wheelhouse", wheelhouse
 
 
-def check_task_paths(tasks: TasksConfig, protected: Iterable[Path] | None = None) -> None:
-    """ValueError naming the first field of `tasks` whose path reaches a protected directory
-    (default: this process's stack's, `stack_protected_dirs`)."""
+def check_task_paths(
+    sources: TaskSources, wheelhouse: Path | None, protected: Iterable[Path] | None = None
+) -> None:
+    """ValueError naming the first field whose path reaches a protected directory (default:
+    this process's stack's, `stack_protected_dirs`, read only when there is a path)."""
+    paths = list(task_paths(sources, wheelhouse))
+    if not paths:
+        return
     protected = tuple(stack_protected_dirs() if protected is None else protected)
-    for field, path in task_paths(tasks):
+    for field, path in paths:
         if (reached := protected_overlap(path, protected)) is not None:
             raise ValueError(
                 f"{field} ({path}) reaches {reached}: the stack's credentials and its services' "
@@ -466,7 +482,7 @@ def load_run_config(path: Path | None, overrides: list[str] = ()) -> RunConfig:
     config = parse_run_config(apply_overrides(document, list(overrides)))
     tasks = config.tasks.with_absolute_paths(Path.cwd())
     try:
-        check_task_paths(tasks)
+        check_task_paths(tasks.sources, tasks.packages.wheelhouse)
     except ValueError as error:
         raise RunConfigError(f"invalid run config: {error}") from None
     return config.model_copy(update={"tasks": tasks})

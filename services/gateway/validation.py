@@ -96,5 +96,8 @@ def _confined_sources(tasks: TasksConfig, run_dir: Path) -> TasksConfig:
     confined_tasks = tasks.with_paths(confined)
     # The stack's own directories, and the same names under the gateway's run directory
     # where that is another one.
-    check_task_paths(confined_tasks, (*stack_protected_dirs(), *protected_dirs(run_dir)))
+    check_task_paths(
+        confined_tasks.sources, confined_tasks.packages.wheelhouse,
+        (*stack_protected_dirs(), *protected_dirs(run_dir)),
+    )  # fmt: skip
     return confined_tasks

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from etude.tasks.index_relay import splice
+
 PYPI_HOSTS = frozenset({("pypi.org", 443), ("files.pythonhosted.org", 443)})
 """PyPI's pages and the host its files are served from."""
 MAX_HEAD_BYTES = 16 * 1024
@@ -128,7 +130,8 @@ class IndexProxy:
             client.settimeout(IDLE_TIMEOUT_S)
             upstream = self._open(client)
             if upstream is not None:
-                _relay(client, upstream)
+                with upstream:
+                    splice(client, upstream)
         except OSError:
             pass
         finally:
@@ -208,23 +211,3 @@ def _answer(client: socket.socket, code: int, reason: str) -> None:
     head = f"HTTP/1.1 {code} {reason}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     with contextlib.suppress(OSError):
         client.sendall(head.encode() + body)
-
-
-def _relay(a: socket.socket, b: socket.socket) -> None:
-    """Carry bytes both ways until each side has ended (or gone idle)."""
-    other = threading.Thread(target=_pump, args=(b, a), daemon=True)
-    other.start()
-    _pump(a, b)
-    other.join()
-    b.close()
-
-
-def _pump(source: socket.socket, target: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            target.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            target.shutdown(socket.SHUT_WR)

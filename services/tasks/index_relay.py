@@ -26,16 +26,23 @@ def _pump(source, target):
             target.shutdown(socket.SHUT_WR)
 
 
+def splice(a, b):
+    """Carry bytes both ways between the sockets `a` and `b` until each side has ended (or
+    gone idle). The host's proxy (etude.tasks.index_proxy) imports it from here: this file
+    cannot import from etude, so the one copy lives here."""
+    other = threading.Thread(target=_pump, args=(b, a), daemon=True)
+    other.start()
+    _pump(a, b)
+    other.join()
+
+
 def _carry(client, path):
     with client, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as upstream:
         try:
             upstream.connect(path)
         except OSError:
             return
-        other = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-        other.start()
-        _pump(client, upstream)
-        other.join()
+        splice(client, upstream)
 
 
 def _serve(listener, path):

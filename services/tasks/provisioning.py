@@ -23,12 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from etude.common.run_config import (
-    PackagesConfig,
-    SourcesConfig,
-    TasksConfig,
-    check_task_paths,
-)
+from etude.common.run_config import TasksConfig, check_task_paths
 from etude.tasks.materialize import BUNDLED_PREFIX, PROJECTS_DIR
 from etude.tasks.pyenv import PackageSource, environment_for
 from etude.tasks.sources import RepositorySources
@@ -56,8 +51,8 @@ class TaskProvisioning:
         """What a run config says (its relative paths read as they stand: a config loaded by
         etude.common.run_config.load_run_config holds absolute ones); ValueError naming a
         path that reaches the stack's own directories."""
-        check_task_paths(config)
         sources, packages = config.sources, config.packages
+        check_task_paths(sources, packages.wheelhouse)
         return cls(
             RepositorySources(dict(sources.repositories), sources.checkouts, sources.projects),
             PackageSource(packages.wheelhouse, packages.index_url, packages.index_hosts),
@@ -101,22 +96,8 @@ class TaskProvisioning:
         except (KeyError, TypeError, AttributeError) as error:
             problem = f"{type(error).__name__}: {error}"
             raise ValueError(f"malformed task provisioning: {problem}") from None
-        provisioning.check_paths()
+        check_task_paths(provisioning.sources, provisioning.packages.wheelhouse)
         return provisioning
-
-    def check_paths(self) -> None:
-        """ValueError naming a source or wheelhouse that reaches this process's stack's own
-        directories (its credentials, the environment's sessions, Redis's data, its logs)."""
-        sources = self.sources
-        check_task_paths(
-            TasksConfig(
-                sources=SourcesConfig(
-                    repositories=dict(sources.repositories), checkouts=sources.checkouts,
-                    projects=sources.projects,
-                ),
-                packages=PackagesConfig(wheelhouse=self.packages.wheelhouse),
-            )
-        )  # fmt: skip
 
     def wants_environment(self, task: Task) -> bool:
         """Bundled tasks run on the interpreter etude runs on: their projects need nothing

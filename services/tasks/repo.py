@@ -183,7 +183,7 @@ def export_commit(source: Path, commit: str, workdir: Path) -> str:
         raise CommitNotFoundError(f"no repository at {source}")
     probe = subprocess.run(
         safe_git("cat-file", "-e", f"{commit}^{{commit}}"),
-        cwd=source, env=_git_env(source), capture_output=True,
+        cwd=source, env=git_env(source), capture_output=True,
     )  # fmt: skip
     if probe.returncode != 0:
         raise CommitNotFoundError(f"commit {commit} is not in {source}")
@@ -228,7 +228,7 @@ def seal(workdir: Path) -> None:
         )
 
 
-def _git_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def git_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """git's environment with nothing of the host's: no GIT_* variable (GIT_DIR would
     redirect every command), no user or system configuration (a template directory, hooks,
     `fetch.*` defaults), and no discovery above `workdir`."""
@@ -241,7 +241,7 @@ def _git_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, st
 
 
 def _git(workdir: Path, extra: dict[str, str] | None = None):
-    env = _git_env(workdir, extra)
+    env = git_env(workdir, extra)
 
     def git(*args: str) -> str:
         done = subprocess.run(

@@ -24,7 +24,7 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from etude.tasks.repo import IGNORED, safe_git
+from etude.tasks.repo import IGNORED, git_env, safe_git
 from etude.tasks.sources import SourceNotFoundError, unprotected
 from etude.tasks.synth.suite import discover
 from etude.tasks.synth.synthesize import Project
@@ -93,11 +93,9 @@ def _files(root: Path) -> list[str]:
     if (root / ".git").exists():
         # The project's own git configuration is the project's: nothing it names may run
         # (`core.fsmonitor` runs a program on `ls-files`), nor any of the host's.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        env |= {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
         done = subprocess.run(
             safe_git("ls-files", "-z", "--cached", "--others", "--exclude-standard"),
-            cwd=root, capture_output=True, env=env,
+            cwd=root, capture_output=True, env=git_env(root),
         )  # fmt: skip
         if done.returncode == 0:
             names = {n for n in done.stdout.decode(errors="replace").split("\0") if n}
