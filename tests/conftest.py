@@ -29,6 +29,7 @@ import torch
 from etude.common.auth import write_tokens
 from etude.common.redis_server import RedisServer
 from etude.sandbox.bwrap import SandboxUnavailableError
+from etude.sandbox.limits import CgroupSupport
 
 _TOKENS_DIR = tempfile.mkdtemp(prefix="etude-test-tokens-")
 atexit.register(shutil.rmtree, _TOKENS_DIR, ignore_errors=True)
@@ -49,6 +50,16 @@ def skip_without_sandboxes() -> Iterator[None]:
         yield
     except SandboxUnavailableError as error:
         pytest.skip(f"this host cannot run bubblewrap sandboxes: {error}")
+
+
+@pytest.fixture
+def cgroups() -> CgroupSupport:
+    """Where this host lets sandboxes make cgroups; skips a test that needs cgroups where
+    the tree is not writable (a host capability, like a GPU)."""
+    support = CgroupSupport.detect()
+    if support.version == 0:
+        pytest.skip("needs a writable cgroup tree (v2, or v1 memory + pids)")
+    return support
 
 
 @pytest.fixture(scope="session")

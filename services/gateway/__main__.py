@@ -46,6 +46,7 @@ async def build(
         verifier=Verifier.from_settings(settings.auth),
         driver_timeout_seconds=settings.runs.driver_timeout_seconds,
         reap_interval_seconds=config.reap_interval_seconds,
+        config=config,
     )
     # lifespan on: the app opens its Redis client there.
     port = await serve_http(app, settings.grpc.host, config.http_port, resources, lifespan="on")

@@ -10,22 +10,27 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def _table() -> dict[int, tuple[int, int]]:
-    """pid → (parent pid, process group) of every process."""
+def stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (which may hold spaces or ')'): the state,
+    parent pid, process group and session first, the start time at index 19."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _table() -> dict[int, tuple[int, int, int, str]]:
+    """pid → (parent pid, process group, session, state) of every process."""
     table = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError, IndexError, ValueError):
-                # The command name may hold spaces or ')': split after the last ')'.
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                table[int(entry.name)] = (int(fields[1]), int(fields[2]))
+                fields = stat_fields(int(entry.name))
+                table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[3]), fields[0])
     return table
 
 
 def descendants(pid: int) -> list[int]:
     """Every process below `pid`, nearest first."""
     children: dict[int, list[int]] = {}
-    for child, (parent, _group) in _table().items():
+    for child, (parent, *_rest) in _table().items():
         children.setdefault(parent, []).append(child)
     found, frontier = [], [pid]
     while frontier:
@@ -35,11 +40,19 @@ def descendants(pid: int) -> list[int]:
 
 
 def in_group(group: int) -> list[int]:
-    return [pid for pid, (_parent, g) in _table().items() if g == group]
+    return [pid for pid, (_parent, g, *_rest) in _table().items() if g == group]
+
+
+def in_session(session: int) -> list[int]:
+    """Live processes whose session id is `session` (the leader included)."""
+    return [
+        pid for pid, (*_ids, s, state) in _table().items()
+        if s == session and state not in ("Z", "X")
+    ]  # fmt: skip
 
 
 def children(pid: int) -> list[int]:
-    return [child for child, (parent, _group) in _table().items() if parent == pid]
+    return [child for child, (parent, *_rest) in _table().items() if parent == pid]
 
 
 def kill_all(find: Callable[[], list[int]], rounds: int = 200) -> int:
@@ -77,7 +90,7 @@ def kill_all(find: Callable[[], list[int]], rounds: int = 200) -> int:
 def _alive(pid: int) -> bool:
     """Still a live process (a zombie waiting for its parent counts as gone)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = stat_fields(pid)[0]
     except (OSError, IndexError):
         return False
     return state not in {"Z", "X"}

@@ -43,7 +43,7 @@ from functools import cache, partial
 from pathlib import Path
 
 from etude.sandbox.limits import RECORD_SUFFIX, CgroupSupport, cgroup_pids
-from etude.sandbox.procs import descendants, kill_all
+from etude.sandbox.procs import descendants, in_session, kill_all, stat_fields
 
 log = logging.getLogger(__name__)
 
@@ -230,23 +230,11 @@ def reclaim_recorded(record: Path) -> int:
                 continue  # the pid was reused: not ours
 
             def ours(leader: int = int(pid)) -> list[int]:
-                return sorted(set(_in_session(leader)) | set(descendants(leader)))
+                return sorted(set(in_session(leader)) | set(descendants(leader)))
 
             killed += kill_all(ours)
     record.unlink(missing_ok=True)
     return killed
-
-
-def _in_session(session: int) -> list[int]:
-    """Live processes whose session id is `session` (the leader included)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                fields = _stat_fields(int(name))
-                if int(fields[3]) == session and fields[0] not in ("Z", "X"):
-                    found.append(int(name))
-    return found
 
 
 def remove_tree(path: Path) -> None:
@@ -270,16 +258,10 @@ def _make_removable(path: str | Path, dir_fd: int | None = None) -> None:
             os.close(fd)
 
 
-def _stat_fields(pid: int) -> list[str]:
-    """/proc/<pid>/stat after the command name (which may hold spaces or ')'): the state
-    first, the start time at index 19."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
 def _start_time(pid: int) -> int | None:
     """When `pid` started, None if there is no such live process (a zombie is gone)."""
     try:
-        fields = _stat_fields(pid)
+        fields = stat_fields(pid)
     except (OSError, IndexError):
         return None
     return None if fields[0] in ("Z", "X") else int(fields[19])

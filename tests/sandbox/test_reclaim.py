@@ -14,8 +14,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
 from etude.sandbox.limits import CgroupSupport, SessionCgroup, limited
 from etude.sandbox.reclaim import (
     CGROUP_PARENTS,
@@ -69,14 +67,6 @@ def test_a_cgroup_name_gives_its_owner():
     assert owner_of_cgroup("4242-a1b2c3") == Owner(4242)  # etude.tasks.testrun's names
     assert owner_of_cgroup("0193ab") is None  # no owner: never reclaimed
     assert owner_of_cgroup("0193ab@junk") is None
-
-
-@pytest.fixture
-def cgroups() -> CgroupSupport:
-    support = CgroupSupport.detect()
-    if support.version == 0:
-        pytest.skip("needs a writable cgroup tree (v2, or v1 memory + pids)")
-    return support
 
 
 def test_only_cgroups_of_owners_that_are_gone_are_emptied_and_removed(cgroups):

@@ -49,14 +49,6 @@ HOST = "127.0.0.1"
 
 
 @pytest.fixture
-def cgroups() -> CgroupSupport:
-    support = CgroupSupport.detect()
-    if support.version == 0:
-        pytest.skip("needs a writable cgroup tree (v2, or v1 memory + pids) to see cgroups left")
-    return support
-
-
-@pytest.fixture
 def sandboxes() -> None:
     with skip_without_sandboxes():
         bwrap = configured_bwrap(SandboxConfig())
