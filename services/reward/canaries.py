@@ -35,6 +35,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from etude.common import python_ast
 from etude.reward.canary_sites import (
     Site,
     SiteKind,
@@ -171,7 +172,7 @@ def plant(
         if keep_names or content is None or not path.endswith(".py"):
             continue
         try:
-            tree = ast.parse(content)
+            tree = python_ast.parse(content)
         except (SyntaxError, ValueError):
             continue  # it cannot be collected either
         modules[path], referenced[path] = tree, _referenced(tree)

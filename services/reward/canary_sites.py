@@ -39,6 +39,7 @@ import string
 from dataclasses import dataclass
 from typing import Literal
 
+from etude.common import python_ast
 from etude.reward.class_index import ClassIndex
 
 SiteKind = Literal["column", "value", "raises", "identity"]
@@ -465,7 +466,7 @@ def _capacity(node: ast.expr) -> int:
 
 
 def _literal(value) -> ast.expr:
-    return ast.parse(repr(value), mode="eval").body
+    return python_ast.parse(repr(value), mode="eval").body
 
 
 def _alternatives(value, count: int, rng: random.Random) -> list:

@@ -33,6 +33,8 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass
 
+from etude.common import python_ast
+
 TEST_PATH = re.compile(r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$)")
 INFRA_NAMES = {
     "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini",
@@ -211,7 +213,7 @@ class _Visitor(ast.NodeVisitor):
 
 def _findings(source: bytes) -> list[tuple[int, int, str, tuple[int, ...]]] | None:
     try:
-        tree = ast.parse(source)
+        tree = python_ast.parse(source)
     except (SyntaxError, ValueError):
         return None  # it cannot be imported either
     visitor = _Visitor()

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from etude.common import python_ast
 from etude.tasks.materialize import BUNDLED_PREFIX, PROJECTS_DIR
 from etude.tasks.synth.synthesize import load_project
 from etude.tasks.task import Task
@@ -227,7 +228,7 @@ def plan_edits(task: Task, repository: Repository, hunks: list[Hunk]) -> list[Ed
 
 def _scopes(lines: list[str]) -> list[Scope]:
     try:
-        tree = ast.parse("".join(lines))
+        tree = python_ast.parse("".join(lines))
     except SyntaxError:
         return []
     found: list[Scope] = []

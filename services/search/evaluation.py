@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from etude.common import python_ast
 from etude.search.config import SearchConfig
 from etude.search.embedders import load_embedder
 from etude.search.embedding_cache import CachedEmbedder, EmbeddingCache
@@ -74,14 +75,14 @@ def build_benchmark(split: str = "heldout", projects_dir: Path = PROJECTS_DIR) -
         sources[project] = {path: strip_docstrings(text) for path, text in code.items()}
         symbols = {}  # function name → its (path, symbol)s, for resolving tests' calls
         for path, text in code.items():
-            for symbol, node in _definitions(ast.parse(text)):
+            for symbol, node in _definitions(python_ast.parse(text)):
                 symbols.setdefault(node.name, set()).add((path, symbol))
                 doc = _first_paragraph(ast.get_docstring(node) or "")
                 if doc:
                     queries.append(Query(project, doc, frozenset({(path, symbol)})))
         for path, text in files.items():
             if _is_test(path):
-                queries += _test_queries(project, ast.parse(text), symbols)
+                queries += _test_queries(project, python_ast.parse(text), symbols)
     return Benchmark(sources, queries)
 
 
@@ -122,7 +123,7 @@ def strip_docstrings(source: str) -> str:
     """The source with each docstring (and each bare string documenting an attribute)
     replaced by `pass` and blank lines, so line numbers stay."""
     lines = source.split("\n")
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(python_ast.parse(source)):
         body = getattr(node, "body", None)
         for statement in body if isinstance(body, list) else []:
             if _is_docstring(statement):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from etude.common import python_ast
 from etude.common.tool_text import numbered_line
 from etude.tasks.task import Task
 
@@ -155,7 +156,7 @@ def locate(task: Task, repository: Path, traceback: str) -> Hints:
         raise HintError(f"task {task.id}: {path} is not a file of the buggy repository")
     data = file.read_bytes()
     try:
-        tree = ast.parse(data, filename=path)
+        tree = python_ast.parse(data, filename=path)
     except (SyntaxError, ValueError) as error:
         raise HintError(f"task {task.id}: {path} does not parse: {error}") from None
     lines = _file_lines(data)

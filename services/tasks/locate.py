@@ -32,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from etude.common import python_ast
 from etude.common.tool_text import numbered_line
 from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import (
@@ -90,7 +91,7 @@ def defined_names(source: str) -> list[str]:
     """Public functions and classes a module defines at its top level, in source order."""
     return [
         node.name
-        for node in ast.parse(source).body
+        for node in python_ast.parse(source).body
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
         and not node.name.startswith("_")
     ]

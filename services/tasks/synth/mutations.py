@@ -13,6 +13,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from etude.common import python_ast
+
 COMPARE_SWAPS = {
     ast.Lt: "<=", ast.LtE: "<", ast.Gt: ">=", ast.GtE: ">",
     ast.Eq: "!=", ast.NotEq: "==", ast.In: "not in", ast.NotIn: "in",
@@ -90,7 +92,7 @@ def _skipped_nodes(tree: ast.Module) -> set[int]:
 
 def find_mutations(path: str, source: str) -> list[Mutation]:
     """Every candidate mutation of one file, in source order."""
-    tree = ast.parse(source)
+    tree = python_ast.parse(source)
     text = _Text(source)
     skipped = _skipped_nodes(tree)
     in_functions = {
