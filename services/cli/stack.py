@@ -11,10 +11,18 @@ holds valid ones), and Redis a password in its data directory. Each service is t
 the tokens are and which role it presents (its own: the environment calls search as
 `environment`); authentication is always on for what the stack starts.
 
+Process trees. Every process the stack starts leads a session of its own, and what it starts
+(vLLM's engine core, pools, Ray workers) stays in it: stopping a service ends its session, and
+so does noticing that it died (`exited`), so an engine that ignores SIGTERM or lost its parent
+to SIGKILL is ended with it. The state file records each process with its start time, so that
+when a whole stack was killed (its supervisor too), the next start in the same run directory
+ends whatever of its sessions is still running.
+
 Before anything starts, the stack reclaims what killed services left on this host (a
-`kill -9`, a crash): the environment's sessions under its root, and the cgroups of
-sessions and gradings, with every process in them, whose owning process is gone
-(`etude.sandbox.reclaim`). What a live service owns, in this stack or another, stays.
+`kill -9`, a crash): the processes of an earlier stack of this run directory, the
+environment's sessions under its root, and the cgroups of sessions and gradings, with every
+process in them, whose owning process is gone (`etude.sandbox.reclaim`). What a live service
+owns, in this stack or another, stays.
 """
 
 from __future__ import annotations
@@ -32,12 +40,12 @@ from etude.common.auth import write_tokens
 from etude.common.grpc_client import health_status
 from etude.common.logging import log_fields
 from etude.common.net import free_port
-from etude.common.processes import log_tail, spawn, terminate
+from etude.common.processes import log_tail, pid_alive, reap, spawn, terminate
 from etude.common.redis_server import RedisServer, find_redis_server
 from etude.common.settings import EtudeSettings, get_settings
 from etude.environment.config import SESSION_CGROUPS, SESSIONS_DIR, EnvironmentSettings
 from etude.sandbox.limits import CgroupSupport
-from etude.sandbox.reclaim import reclaim_cgroups, reclaim_owned_dirs
+from etude.sandbox.reclaim import Owner, reclaim_cgroups, reclaim_owned_dirs, reclaim_sessions
 from etude.tasks.pyenv_build import BUILD_CGROUPS
 from etude.tasks.testrun import GRADING_CGROUPS
 
@@ -87,6 +95,9 @@ class Component:
     log: str
     metrics_url: str | None = None
     http_url: str | None = None
+    owner: str = ""
+    """The process as `etude.sandbox.reclaim.Owner` names it (pid, start time, boot), for
+    ending its session's leftovers after the whole stack was killed."""
 
 
 @dataclass(slots=True)
@@ -137,6 +148,11 @@ def settings_for(run_dir: Path | None) -> EtudeSettings:
         auth = settings.auth.model_copy(update={"tokens_dir": tokens_dir})
         settings = settings.model_copy(update={"auth": auth})
     return settings
+
+
+def _owner_token(pid: int | None) -> str:
+    owner = Owner.of(pid) if pid else None
+    return owner.token if owner is not None else ""
 
 
 class StackError(RuntimeError):
@@ -198,6 +214,7 @@ class LocalStack:
                     f"{host}:{self.redis.port}",
                     self.redis.pid or 0,
                     str(self.redis.log_path),
+                    owner=_owner_token(self.redis.pid),
                 )
             )
             for spec in self.services:
@@ -218,6 +235,7 @@ class LocalStack:
         module docstring).
         The environment service does the same for its sessions when it starts; doing it
         here also covers cgroups of services that will not start again."""
+        ended = self._end_previous_stack()
         environment = EnvironmentSettings(stack=self.settings.stack).resolved()
         assert environment.root_dir is not None
         # The sessions' directories first: each holds where its cgroups are.
@@ -225,13 +243,26 @@ class LocalStack:
         parents = CgroupSupport.detect().parents.values()  # where the services make theirs
         for prefix in (SESSION_CGROUPS, GRADING_CGROUPS, BUILD_CGROUPS):
             found += reclaim_cgroups(prefix, parents)
-        if found:
+        if found or ended:
             log.info(
                 "reclaimed what killed services left",
                 extra=log_fields(
-                    sessions=found.directories, cgroups=found.cgroups, processes=found.processes
+                    stack_processes=ended, sessions=found.directories, cgroups=found.cgroups,
+                    processes=found.processes,
                 ),
-            )
+            )  # fmt: skip
+
+    def _end_previous_stack(self) -> int:
+        """End what is left of the processes of an earlier stack of this run directory whose
+        supervisor is gone; how many there were."""
+        try:
+            previous = StackState.read(self.state_path)
+        except (OSError, ValueError, TypeError, KeyError):
+            return 0  # none, or not a state file this version wrote
+        if previous.supervisor_pid != os.getpid() and pid_alive(previous.supervisor_pid):
+            return 0  # a live stack: `etude up` refuses to start beside it
+        leaders = [Owner.parse(c.owner) for c in previous.components]
+        return reclaim_sessions(leader for leader in leaders if leader is not None)
 
     def add_service(self, spec: ServiceSpec) -> Component:
         """Start one more process beside the running stack (a rollout worker of a run)."""
@@ -286,6 +317,7 @@ class LocalStack:
                     str(log_path),
                     metrics_url=f"http://{host}:{metrics_port}/metrics",
                     http_url=f"http://{host}:{http_port}" if spec.http else None,
+                    owner=_owner_token(proc.pid),
                 )
             terminate(proc, timeout=2)  # exited early (a port race) or never got healthy
         raise StackError(f"{spec.name} did not become healthy; its log says:\n{log_tail(log_path)}")
@@ -310,9 +342,10 @@ class LocalStack:
 
     def exited(self) -> list[tuple[str, int]]:
         """Components that died on their own, with their exit codes."""
-        dead = [(n, p.returncode) for n, p in self.processes.items() if p.poll() is not None]
-        if self.redis and self.redis.process and self.redis.process.poll() is not None:
-            dead.append(("redis", self.redis.process.returncode))
+        # Reaped with what is left of their sessions (an engine core they started).
+        dead = [(n, code) for n, p in self.processes.items() if (code := reap(p)) is not None]
+        if self.redis and self.redis.process and (code := reap(self.redis.process)) is not None:
+            dead.append(("redis", code))
         return dead
 
     def stop(self) -> None:

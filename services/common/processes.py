@@ -1,4 +1,11 @@
-"""Child processes that never outlive their parent, and their orderly termination."""
+"""Child processes that never outlive their parent, and their orderly termination.
+
+Each child started here leads a session (and process group) of its own, so what it starts in
+turn (vLLM's engine core, multiprocessing workers) can be ended with it: `terminate` asks the
+child to stop, then kills whatever is left of its group, and `reap` does the same for a child
+that ended on its own. The group is killed before the child is reaped: until then its pid
+cannot be reused, so the signal cannot reach a stranger's group.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -42,7 +50,8 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start `argv` with stdout and stderr appended to `log_path`."""
+    """Start `argv` with stdout and stderr appended to `log_path`, as the leader of a new
+    session: its descendants that stay in it end with it (`terminate`, `reap`)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv, preexec = _bound_to_parent(argv)
     with open(log_path, "ab") as log:
@@ -54,21 +63,44 @@ def spawn(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             preexec_fn=preexec,
+            start_new_session=True,
         )
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
-    """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit code."""
-    if proc.poll() is None:
+    """SIGTERM, wait up to `timeout`, then SIGKILL; then SIGKILL what is left of its process
+    group (children that ignore SIGTERM or were never told). Returns the exit code."""
+    if not _has_ended(proc):
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-    return proc.returncode
+        deadline = time.monotonic() + timeout
+        while not _has_ended(proc) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return reap(proc, kill=True)
+
+
+def reap(proc: subprocess.Popen[bytes], *, kill: bool = False) -> int | None:
+    """The exit code of a child that has ended, after killing the rest of its process group;
+    None while it runs (unless `kill`: then it is killed first)."""
+    if not _has_ended(proc):
+        if not kill:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    if proc.returncode is None:  # ended but not reaped: its pid still names its group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait()
+
+
+def _has_ended(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the child has ended, reaped or not; never reaps it."""
+    if proc.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped behind Popen's back
+        return True
 
 
 def pid_alive(pid: int) -> bool:

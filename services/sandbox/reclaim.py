@@ -214,26 +214,36 @@ def reclaim_owned_dirs(parent: Path) -> Reclaimed:
 
 
 def reclaim_recorded(record: Path) -> int:
-    """Kill what the sandbox of `record` started: the processes of each recorded process
-    session, and each recorded process's descendants. A recorded pid now held by another
-    process (another start time) is skipped. A session id stays in use, and so cannot be
-    reused, for as long as one process is left in it: a process whose session id is a
-    recorded pid of a process that is gone is one of ours."""
-    killed = 0
+    """Kill what the sandbox of `record` started (`reclaim_sessions` of each recorded
+    `<pid> <start>` line)."""
+    leaders = []
     with contextlib.suppress(OSError):
         for line in record.read_text().splitlines():
             pid, _, start = line.partition(" ")
-            if not (pid.isdigit() and start.isdigit()):
-                continue
-            now = _start_time(int(pid))
-            if now is not None and now != int(start):
-                continue  # the pid was reused: not ours
-
-            def ours(leader: int = int(pid)) -> list[int]:
-                return sorted(set(in_session(leader)) | set(descendants(leader)))
-
-            killed += kill_all(ours)
+            if pid.isdigit() and start.isdigit():
+                leaders.append(Owner(int(pid), int(start)))
+    killed = reclaim_sessions(leaders)
     record.unlink(missing_ok=True)
+    return killed
+
+
+def reclaim_sessions(leaders: Iterable[Owner]) -> int:
+    """Kill the processes of each leader's session, and the leader's descendants. A leader
+    whose pid another process now holds (another start time, another boot) is skipped. A
+    session id stays in use, and so cannot be reused, for as long as one process is left in
+    it: a process whose session id is the pid of a leader that is gone is one of its own."""
+    killed = 0
+    for leader in leaders:
+        if leader.boot is not None and leader.boot != _boot_id():
+            continue  # from before a reboot: nothing of it runs
+        now = _start_time(leader.pid)
+        if now is not None and leader.start is not None and now != leader.start:
+            continue  # the pid was reused: not ours
+
+        def ours(pid: int = leader.pid) -> list[int]:
+            return sorted(set(in_session(pid)) | set(descendants(pid)))
+
+        killed += kill_all(ours)
     return killed
 
 

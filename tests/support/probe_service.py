@@ -7,12 +7,22 @@ times, instead of grading.
 `not-found`, or anything else for an immediate answer. The reply's `reward` is how many
 calls with that behaviour the servicer has seen (so a test can count retries). Run alone as
 `python -m tests.support.probe_service`.
+
+Two variables make it start like an inference service with an engine process:
+`PROBE_STUBBORN_CHILD=<file>` starts a child that ignores SIGTERM and has no parent-death
+signal (as vLLM's engine core), its pid appended to the file; `PROBE_NEVER_READY=1` then never
+serves (a start that times out).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import time
 from collections import Counter
+from pathlib import Path
 
 import grpc
 
@@ -58,5 +68,20 @@ async def _build(settings: EtudeSettings, resources: object) -> list[Registratio
     return [registration()]
 
 
+STUBBORN_CHILD = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
+)
+
+
+def _start_stubborn_child(pid_file: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", STUBBORN_CHILD], stdin=subprocess.DEVNULL)
+    with pid_file.open("a") as pids:  # one line per start: a retried start starts another
+        pids.write(f"{child.pid}\n")
+
+
 if __name__ == "__main__":
+    if os.environ.get("PROBE_STUBBORN_CHILD"):
+        _start_stubborn_child(Path(os.environ["PROBE_STUBBORN_CHILD"]))
+    if os.environ.get("PROBE_NEVER_READY"):
+        time.sleep(3600)
     run_service("probe", _build)
