@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from subprocess import Popen
 
+from etude.cli.start_progress import StartWatch
 from etude.common.auth import write_tokens
 from etude.common.grpc_client import health_status
 from etude.common.logging import log_fields
@@ -308,7 +309,8 @@ class LocalStack:
             proc = spawn(spec.argv, log_path=log_path, env=env)
             self.processes[spec.name] = proc
             address = f"{host}:{port}"
-            if self._wait_serving(proc, address):
+            failure = self._wait_serving(spec.name, proc, address, log_path)
+            if failure is None:
                 return Component(
                     spec.name,
                     "grpc",
@@ -319,8 +321,15 @@ class LocalStack:
                     http_url=f"http://{host}:{http_port}" if spec.http else None,
                     owner=_owner_token(proc.pid),
                 )
-            terminate(proc, timeout=2)  # exited early (a port race) or never got healthy
-        raise StackError(f"{spec.name} did not become healthy; its log says:\n{log_tail(log_path)}")
+            exited = proc.returncode is not None  # reaped while waited for
+            terminate(proc, timeout=2)
+            if not exited:
+                break  # stuck or too slow: a second try would be no better
+            # Exited early, perhaps a port race: once more on other ports.
+        raise StackError(
+            f"{spec.name} did not become healthy: {failure}; its log ({log_path}) says:\n"
+            f"{log_tail(log_path)}"
+        )
 
     def _auth_env(self, name: str) -> dict[str, str]:
         """Where a service finds the credentials, which it presents; never auth off."""
@@ -330,15 +339,31 @@ class LocalStack:
             env["ETUDE_AUTH__ROLES"] = json.dumps(list(roles))
         return env
 
-    def _wait_serving(self, proc: Popen[bytes], address: str) -> bool:
-        deadline = time.monotonic() + self.settings.stack.ready_timeout_seconds
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                return False
+    def _wait_serving(
+        self, name: str, proc: Popen[bytes], address: str, log_path: Path
+    ) -> str | None:
+        """None once the service reports SERVING; else why not. A start is waited for while
+        it shows progress (`start_progress`), up to `ready_timeout_seconds` in all."""
+        stack = self.settings.stack
+        started = time.monotonic()
+        watch = StartWatch(proc.pid, log_path, stack.start_stall_seconds)
+        log.info("starting %s", name)
+        while (waited := time.monotonic() - started) < stack.ready_timeout_seconds:
+            if (code := reap(proc)) is not None:
+                return f"it exited with code {code} after {waited:.0f} s"
             if health_status(address, timeout=0.5) == "SERVING":
-                return True
+                log.info("%s serving after %.1f s", name, waited)
+                return None
+            if watch.stalled():
+                return (
+                    f"it showed no progress for {watch.idle_seconds:.0f} s (no CPU time, no "
+                    f"reads, no log output; stack.start_stall_seconds)"
+                )
             time.sleep(0.1)
-        return False
+        return (
+            f"it was not serving after {stack.ready_timeout_seconds:.0f} s "
+            "(stack.ready_timeout_seconds)"
+        )
 
     def exited(self) -> list[tuple[str, int]]:
         """Components that died on their own, with their exit codes."""

@@ -89,8 +89,12 @@ class StackSettings(Section):
     redis_appendfsync: Literal["always", "everysec", "no"] = "everysec"
     """How often Redis syncs its append-only file: `always` loses nothing on a crash of
     the machine, `everysec` at most a second of writes."""
-    ready_timeout_seconds: float = Field(default=60.0, gt=0)
-    """How long a component may take to report healthy."""
+    ready_timeout_seconds: float = Field(default=900.0, gt=0)
+    """The longest a component may take to report healthy while it shows progress (a cold
+    machine: vLLM took 63 s from a cold page cache on 2 cores where it takes 10 s warm)."""
+    start_stall_seconds: float = Field(default=60.0, gt=0)
+    """A starting component that shows no progress this long (no CPU time or reads in its
+    process session, no log output) is taken as stuck and fails the start with its log."""
     stop_timeout_seconds: float = Field(default=15.0, gt=0)
     """How long a component may take to exit after SIGTERM before it is killed."""
 

@@ -11,7 +11,8 @@ calls with that behaviour the servicer has seen (so a test can count retries). R
 Two variables make it start like an inference service with an engine process:
 `PROBE_STUBBORN_CHILD=<file>` starts a child that ignores SIGTERM and has no parent-death
 signal (as vLLM's engine core), its pid appended to the file; `PROBE_NEVER_READY=1` then never
-serves (a start that times out).
+serves (a stuck start), and `PROBE_BUSY_SECONDS=<s>` computes that long first (a slow start
+that shows progress).
 """
 
 from __future__ import annotations
@@ -84,4 +85,7 @@ if __name__ == "__main__":
         _start_stubborn_child(Path(os.environ["PROBE_STUBBORN_CHILD"]))
     if os.environ.get("PROBE_NEVER_READY"):
         time.sleep(3600)
+    busy_until = time.monotonic() + float(os.environ.get("PROBE_BUSY_SECONDS", "0"))
+    while time.monotonic() < busy_until:
+        sum(range(10_000))
     run_service("probe", _build)
