@@ -1,11 +1,17 @@
-"""What `etude train` and `etude sft` show while the run driver works: each phase as a
-spinner, the RL steps as a progress bar (step, reward, pass rate, tokens/s, staleness, policy
-version, read from the run registry), and the summary table at the end (stderr for the
-spinners and the bar, stdout for the table)."""
+"""What `etude train` and `etude sft` show while the run driver works: each phase with the
+trainer's progress line (SFT steps with loss and ETA, evaluation episodes, weight publishes),
+the RL steps (step, reward, pass rate, tokens/s, staleness, policy version), all read from the
+run registry, and the summary table at the end (stderr for progress, stdout for the table).
+
+On a terminal, a phase is a spinner and the RL steps a progress bar. Off one (CI logs,
+`make run > log`), where a spinner shows nothing until it ends, each change is a line of its
+own with the time of day, so a log shows a long run is alive and how far it has got.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,34 +26,65 @@ console = Console(stderr=True)
 
 
 class TerminalView:
-    """The run driver's `RunView` on the terminal."""
+    """The run driver's `RunView` on the terminal, or on a log when stderr is not one."""
 
-    def phase(self, text: str) -> contextlib.AbstractContextManager[object]:
-        return console.status(text)
+    def __init__(self, out: Console | None = None) -> None:
+        self.out = out or console
+
+    @contextlib.contextmanager
+    def phase(self, text: str) -> Iterator[Callable[[RunRecord], None]]:
+        if self.out.is_terminal:
+            with self.out.status(text) as status:
+                yield lambda record: status.update(f"{text} {record.progress}".rstrip())
+            return
+        started = time.monotonic()
+        self._line(text)
+        yield self._changes(lambda record: record.progress)
+        self._line(f"{text.rstrip('…')}: done in {_duration(time.monotonic() - started)}")
 
     def engines(self, addresses: Sequence[str]) -> None:
-        console.print(f"Inference engines: {', '.join(addresses)}")
+        self.out.print(f"Inference engines: {', '.join(addresses)}")
 
     def policy_saved(self, path: str) -> None:
-        console.print(f"SFT policy saved to [bold]{path}[/]")
+        self.out.print(f"SFT policy saved to [bold]{path}[/]")
 
     @contextlib.contextmanager
     def rl(self, steps: int) -> Iterator[Callable[[RunRecord], None]]:
+        if not self.out.is_terminal:
+            step_line = self._changes(
+                lambda r: f"RL step {r.step}/{steps}: {_rl(r)}" if r.metrics else ""
+            )
+            progress_line = self._changes(lambda record: record.progress)
+            yield lambda record: (step_line(record), progress_line(record))
+            return
         columns = (
             TextColumn("[bold]RL[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TextColumn("{task.description}"), TimeElapsedColumn(),
         )  # fmt: skip
-        with Progress(*columns, console=console) as progress:
+        with Progress(*columns, console=self.out) as progress:
             bar = progress.add_task("waiting for the first groups…", total=steps)
 
             def show(record: RunRecord) -> None:
-                if m := record.metrics:
-                    progress.update(bar, completed=record.step, description=(
-                        f"reward {m['reward_mean']:.2f}  pass {m['pass_rate']:.2f}  "
-                        f"{m['tokens_per_second']:.0f} tok/s  staleness {m['staleness_mean']:.1f}"
-                        f"  v{record.policy_version}"))  # fmt: skip
+                if record.metrics:
+                    progress.update(bar, completed=record.step, description=_rl(record))
 
             yield show
+
+    def _changes(self, line_of: Callable[[RunRecord], str]) -> Callable[[RunRecord], None]:
+        """Prints `line_of(record)` when it is new and not empty."""
+        last = ""
+
+        def show(record: RunRecord) -> None:
+            nonlocal last
+            line = line_of(record)
+            if line and line != last:
+                last = line
+                self._line(f"  {line}")
+
+        return show
+
+    def _line(self, text: str) -> None:
+        self.out.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, soft_wrap=True)
 
     def summary(self, run_id: str, summary: dict[str, Any], output_dir: Path) -> None:
         table = Table(title=f"Run {run_id}")
@@ -91,6 +128,19 @@ def _counts(first: dict, last: dict) -> str | None:
         f"{e['passed']}/{e['episodes']} ({e['ci_low']:.2f}–{e['ci_high']:.2f})"
         for e in (first, last)
     )
+
+
+def _rl(record: RunRecord) -> str:
+    m = record.metrics
+    return (
+        f"reward {m['reward_mean']:.2f}  pass {m['pass_rate']:.2f}  "
+        f"{m['tokens_per_second']:.0f} tok/s  staleness {m['staleness_mean']:.1f}  "
+        f"v{record.policy_version}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 def _pair(first: float | None, last: float | None) -> str | None:

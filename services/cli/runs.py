@@ -123,6 +123,8 @@ def _print_run(run: dict[str, Any]) -> None:
     table.add_row("task set", str(config.get("tasks", {}).get("taskset", "?")))
     if run.get("heartbeat_ms"):
         table.add_row("driver seen", _when(run["heartbeat_ms"]))
+    if run.get("progress") and run["status"] in ("running", "stopping"):
+        table.add_row("doing", run["progress"])
     table.add_row("policy init", str(config.get("policy", {}).get("init", "?")))
     for key in ("output_dir", "error"):
         if run[key]:

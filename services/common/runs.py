@@ -118,6 +118,8 @@ class RunRecord:
     output_dir: str = ""
     heartbeat_ms: int = 0
     """When the run's driver last said it is alive (0: no driver yet)."""
+    progress: str = ""
+    """What the run is doing now, in a line (`SFT step 37/150: loss 0.412, ETA 9 min`)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: a NaN or infinite metric (a diverged loss) becomes None, which JSON
@@ -146,6 +148,7 @@ class RunRecord:
             stop_requested=text.get("stop_requested") == "1",
             output_dir=text.get("output_dir", ""),
             heartbeat_ms=int(text.get("heartbeat_ms", 0)),
+            progress=text.get("progress", ""),
         )
 
 
@@ -255,6 +258,7 @@ class RunRegistry:
         metrics: dict[str, float] | None = None,
         error: str | None = None,
         output_dir: str | None = None,
+        progress: str | None = None,
     ) -> RunRecord:
         """Set the given fields; metrics are merged with those already recorded. A run
         whose stop was requested reports `stopping` even when told `queued` or `running`.
@@ -263,7 +267,8 @@ class RunRegistry:
             raise ValueError(f"unknown run status {status!r}; one of {', '.join(RUN_STATUSES)}")
         fields: dict[str, str] = {}
         for name, value in (("step", step), ("policy_version", policy_version),
-                            ("error", error), ("output_dir", output_dir)):  # fmt: skip
+                            ("error", error), ("output_dir", output_dir),
+                            ("progress", progress)):  # fmt: skip
             if value is not None:
                 fields[name] = str(value)
         for name, value in (metrics or {}).items():

@@ -131,6 +131,8 @@ class Run(BaseModel):
     output_dir: str
     heartbeat_ms: int
     """When the run's driver last said it is alive (Unix ms; 0: no driver yet)."""
+    progress: str = ""
+    """What the run is doing now, in a line (`held-out pass@1 before RL: 37/88 episodes`)."""
 
     @classmethod
     def of(cls, record: RunRecord) -> Run:

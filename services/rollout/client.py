@@ -45,7 +45,7 @@ from etude.common.run_config import CurriculumConfig, RolloutConfig
 from etude.common.settings import QueueSettings
 from etude.rollout.groups import GroupCollector
 from etude.rollout.streams import rollout_key, rollout_queue, trajectory_queue
-from etude.rollout.types import Demonstrations, Evaluation, WaitedBatch
+from etude.rollout.types import Demonstrations, EpisodeDone, Evaluation, WaitedBatch
 from etude.tasks.draw import round_robin
 from etude.tasks.hints import HINT_TIERS
 from etude.tasks.materialize import PROJECTS_DIR
@@ -350,6 +350,7 @@ class InProcessEpisodes:
         samples: int = 1,
         temperature: float = 0.0,
         concurrency: int = 4,
+        on_episode: EpisodeDone | None = None,
     ) -> Evaluation:
         """pass@1 of the policy `inference` serves on `tasks` (etude.rollout.evaluation):
         `samples` episodes per task at hint tier `tier`, greedy unless `temperature`."""
@@ -357,7 +358,7 @@ class InProcessEpisodes:
 
         return await pass_at_1(
             tasks, self.runner, inference, self.tokenizer, label=label, concurrency=concurrency,
-            tier=tier, samples=samples, temperature=temperature,
+            tier=tier, samples=samples, temperature=temperature, on_episode=on_episode,
         )  # fmt: skip
 
     async def demonstrations(

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 
 from etude.common.intervals import wilson_interval
 from etude.common.payloads import RolloutRequest
 from etude.rollout.agent import EpisodeRunner, Tokenizer
 from etude.rollout.samplers import Generator, PolicySampler
-from etude.rollout.types import Evaluation, behaviour_summary
+from etude.rollout.types import EpisodeDone, Evaluation, behaviour_summary
 from etude.tasks.task import Task
 
 
@@ -26,11 +27,13 @@ async def pass_at_1(
     tier: int = 0,
     samples: int = 1,
     temperature: float = 0.0,
+    on_episode: EpisodeDone | None = None,
 ) -> Evaluation:
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     started = time.perf_counter()
     gate = asyncio.Semaphore(concurrency)
+    so_far: Counter[str] = Counter()
 
     async def attempt(index: int, task: Task, sample: int):
         request = RolloutRequest(
@@ -43,7 +46,11 @@ async def pass_at_1(
             inference, tokenizer, f"{label}-{index}-s{sample}", temperature=temperature, seed=seed
         )
         async with gate:
-            return await runner.run(request, task, sampler)
+            trajectory = await runner.run(request, task, sampler)
+        so_far.update(episodes=1, passed=int(trajectory.correctness >= 1.0))
+        if on_episode is not None:
+            on_episode(so_far["episodes"], len(tasks) * samples, so_far["passed"])
+        return trajectory
 
     trajectories = await asyncio.gather(
         *(attempt(i, t, s) for i, t in enumerate(tasks) for s in range(samples))

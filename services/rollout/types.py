@@ -15,7 +15,7 @@ loop nor the queue.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from etude.common.payloads import Trajectory
@@ -114,6 +114,10 @@ def behaviour_summary(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
 
 # -- a held-out evaluation ---------------------------------------------------------------------
+
+
+EpisodeDone = Callable[[int, int, int], None]
+"""Told after each episode of an evaluation: (episodes done, episodes in all, passed so far)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 class RunView(Protocol):
     """What a run shows as it goes."""
 
-    def phase(self, text: str) -> AbstractContextManager[object]:
-        """A phase under way (the warm start, a held-out evaluation)."""
+    def phase(self, text: str) -> AbstractContextManager[Callable[[RunRecord], None]]:
+        """A phase under way (the warm start, a held-out evaluation); the callable it yields
+        gets the run's record (its `progress` line) about once a second."""
         ...
 
     def engines(self, addresses: Sequence[str]) -> None: ...
@@ -186,8 +187,8 @@ class Driver:
         try:
             summary: dict[str, Any] = {"run_id": self.run_id}
             resumed = await call("setup", resume)
-            with self.view.phase("Warm start (SFT on scripted demonstrations)…"):
-                summary.update(await call("warm_start"))
+            with self.view.phase("Warm start (SFT on scripted demonstrations)…") as show:
+                summary.update(await self._watched(call("warm_start"), registry, show))
             if sft_only:
                 path = await call("save_policy", str(out or output_dir / "sft-policy"))
                 self.view.policy_saved(path)
@@ -196,15 +197,18 @@ class Driver:
                 return 0
             # A stop asked for during the warm start ends the run before the evaluations.
             if not resumed and not await registry.should_stop(self.run_id):
-                with self.view.phase("Held-out pass@1 before RL…"):
-                    summary["eval_before"] = await call("evaluate", "before")
+                with self.view.phase("Held-out pass@1 before RL…") as show:
+                    evaluation = call("evaluate", "before")
+                    summary["eval_before"] = await self._watched(evaluation, registry, show)
             await self._start_workers()
-            steps = await self._with_progress(call("rl"), registry)
+            with self.view.rl(self.run.trainer.steps) as show:
+                steps = await self._watched(call("rl"), registry, show, workers=True)
             await self._stop_workers()
             stopped = (await registry.get(self.run_id)).stop_requested
             if not stopped:  # a stopped run ends now, not after another evaluation
-                with self.view.phase("Held-out pass@1 after RL…"):
-                    summary["eval_after"] = await call("evaluate", "after")
+                with self.view.phase("Held-out pass@1 after RL…") as show:
+                    evaluation = call("evaluate", "after")
+                    summary["eval_after"] = await self._watched(evaluation, registry, show)
             summary["steps"] = steps
             summary.update(await call("finish", summary))
             await registry.update(self.run_id, status="stopped" if stopped else "finished")
@@ -281,15 +285,22 @@ class Driver:
                 await actor.stop.remote()
                 await running
 
-    async def _with_progress(self, rl: Any, registry: RunRegistry) -> int:
-        with self.view.rl(self.run.trainer.steps) as show:
-            running = asyncio.ensure_future(rl)
-            while not running.done():
-                await asyncio.wait([running], timeout=1.0)
-                record = await registry.get(self.run_id)
-                show(record)
+    async def _watched(
+        self, work: Any, registry: RunRegistry, show: Callable[[RunRecord], None],
+        *, workers: bool = False,
+    ) -> Any:  # fmt: skip
+        """`work`'s result, the run's record shown about once a second meanwhile (the
+        trainer's progress line starts empty for each phase); with `workers`, a run whose
+        rollout workers all died is failed."""
+        await registry.update(self.run_id, progress="")
+        running = asyncio.ensure_future(work)
+        while not running.done():
+            await asyncio.wait([running], timeout=1.0)
+            record = await registry.get(self.run_id)
+            show(record)
+            if workers:
                 await self._fail_if_workers_died(registry, record)
-            return running.result()
+        return running.result()
 
     async def _fail_if_workers_died(self, registry: RunRegistry, record: RunRecord) -> None:
         """A local run whose rollout worker processes have all exited gets no more

@@ -46,6 +46,7 @@ from etude.rollout.types import (
 from etude.tasks.draw import split_by_project
 from etude.tasks.taskset import RunTasks, training_tiers
 from etude.trainer import checkpoint, metrics, sft_cache
+from etude.trainer.progress import RunProgress
 from etude.trainer.publish import WeightPublisher
 from etude.trainer.report import Reporter, write_run_snapshot
 from etude.trainer.rl_loop import RLLoop, StepDone
@@ -99,6 +100,7 @@ class TrainingRun:
         self.redis = queue_client(self.endpoints.redis_url)
         enter(self.redis.aclose)
         self.registry = RunRegistry(self.redis)
+        self.progress = RunProgress(self.registry, self.run_id)
         # The run's tasks as registered with it (by the gateway, or now from the config's
         # task set): what the workers and the reward service look tasks up in.
         taskset = await RunTasks(self.redis).ensure(self.run_id, config.tasks)
@@ -172,18 +174,20 @@ class TrainingRun:
         version = max(self.state.policy_version, await self.publisher.current_version()) + 1
         partial = self.config.trainer.sync == "changed" and self.published_in_full
         only = set(self.trainer.trainable) if partial else None
+        self.progress.say(f"publishing the policy's weights as v{version}", last=True)
         seconds = await self.publisher.publish(
             version, self.model, only, drain=self.orchestrator.drains_updates
         )
+        self.progress.say(f"weights v{version} published in {seconds:.1f} s", last=True)
         self.published_in_full = True
         self.state.policy_version = version
         return seconds
 
-    async def warm_start(self, on_progress: Callable[[str], None] = lambda _: None) -> dict:
+    async def warm_start(self) -> dict:
         """SFT on scripted demonstrations (skipped on resume or when disabled), or the cached
         policy of an earlier run with the same SFT key (`sft.cache_dir`); then the KL
         reference is the policy RL starts from."""
-        summary = await self._warm_start(on_progress)
+        summary = await self._warm_start()
         await asyncio.to_thread(self._keep_reference)
         return summary
 
@@ -210,7 +214,7 @@ class TrainingRun:
             set_precision(model, "mxfp8")
         return model
 
-    async def _warm_start(self, on_progress: Callable[[str], None]) -> dict:
+    async def _warm_start(self) -> dict:
         sft = self.config.sft
         if self.resumed or not sft.enabled or sft.steps == 0:
             return {}
@@ -218,12 +222,12 @@ class TrainingRun:
             key = sft_cache.cache_key(self.config, self.demonstrated_tasks)
             cached = sft_cache.cached_policy(sft.cache_dir, key)
             if cached is not None:
-                on_progress(f"SFT policy from the cache: {cached}")
+                self.progress.say(f"SFT policy from the cache: {cached}", last=True)
                 state = load_model(cached).state_dict()
                 self.model.load_state_dict(state)
                 summary = sft_cache.cached_summary(cached)
                 return {**summary, "sft_cached": str(cached), "sft_from_cache": True}
-        summary = await self._sft(on_progress)
+        summary = await self._sft()
         if sft.cache_dir is not None and "sft_skipped" not in summary:
             path = await asyncio.to_thread(
                 sft_cache.store_policy, sft.cache_dir, key,
@@ -232,11 +236,12 @@ class TrainingRun:
             summary["sft_cached"] = str(path)
         return summary
 
-    async def _sft(self, on_progress: Callable[[str], None]) -> dict:
+    async def _sft(self) -> dict:
         sft = self.config.sft
         tasks = self.demonstrated_tasks[: sft.demonstrations or len(self.demonstrated_tasks)]
         tiers = sft.hint_tiers or training_tiers(self.config.tasks)
-        on_progress(f"writing {len(tasks)} × {len(tiers)} tiers × {sft.variants} demonstrations")
+        say = self.progress.say
+        say(f"writing {len(tasks)} × {len(tiers)} tiers × {sft.variants} demonstrations", last=True)
         demos = await self.episodes.demonstrations(
             tasks, tiers=tiers, variants=sft.variants, run_id=f"{self.run_id}-sft"
         )
@@ -246,13 +251,14 @@ class TrainingRun:
             # script; the logged lines above say which); RL starts from the initial policy.
             reason = f"none of {len(tasks)} tasks could be demonstrated ({_drops(demos)})"
             log.warning("SFT skipped: %s", reason)
-            on_progress(f"SFT skipped: {reason}")
+            say(f"SFT skipped: {reason}", last=True)
             return {**demos.summary(), "sft_skipped": reason}
-        on_progress(f"SFT on {len(demos)} demonstrations")
+        say(f"SFT on {len(demos)} demonstrations", last=True)
+        tell = self.progress.counter("SFT step", sft.steps)
 
-        def log_step(step) -> None:
+        def log_step(step) -> None:  # on the SFT thread
             self.reporter.log(step.step, {"loss": step.loss, "tokens": step.tokens}, "sft")
-            on_progress(f"SFT step {step.step}/{sft.steps}: loss {step.loss:.3f}")
+            tell(step.step, f"loss {step.loss:.3f}")
 
         def log_held_out(loss) -> None:
             self.reporter.log(loss.step, {"held_out_nll": loss.nll}, "sft_held_out")
@@ -270,9 +276,14 @@ class TrainingRun:
         for tier in tasks.eval_tiers or (tasks.hint_tier,):
             if not self.eval_tasks:
                 break
+            tell = self.progress.counter(
+                f"held-out pass@1 {label} RL (tier {tier}): episode",
+                len(self.eval_tasks) * tasks.eval_samples,
+            )
             result = await self.episodes.evaluate(
                 self.eval_tasks, self.inference[0], label=f"{self.run_id}-{label}-t{tier}",
                 tier=tier, samples=tasks.eval_samples, temperature=tasks.eval_temperature,
+                on_episode=lambda done, _all, passed, tell=tell: tell(done, f"{passed} passed"),
             )  # fmt: skip
             values = {"pass_at_1": result.pass_at_1, "mean_reward": result.mean_reward,
                       "ci_low": result.ci_low, "ci_high": result.ci_high,

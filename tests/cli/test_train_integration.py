@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import time
 from pathlib import Path
@@ -64,6 +65,14 @@ def test_train_with_ray_runs_every_phase_and_writes_its_outputs(tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert sorted(p.name for p in (out / "checkpoints").iterdir())[-1] == "step-00000002"
     assert "held-out pass@1" in done.stdout
+    # Off a terminal (captured here, as in a CI log) every phase prints its progress lines.
+    progress_lines = (
+        r"Warm start \(SFT on scripted demonstrations\)…", r"  weights v1 published in [\d.]+ s",
+        r"  held-out pass@1 before RL \(tier 3\): episode (\d+)/\1: \d+ passed",
+        r"  RL step 2/2: reward [\d.]+  pass", r"Held-out pass@1 after RL: done in",
+    )  # fmt: skip
+    for line in progress_lines:
+        assert re.search(line, done.stderr), (line, done.stderr[-3000:])
 
     # --resume continues the same run from its newest checkpoint: step 3, not step 1 again.
     again = etude(

@@ -88,8 +88,8 @@ class Quiet:
     def __init__(self) -> None:
         self.shown: dict[str, Any] = {}
 
-    def phase(self, text: str) -> contextlib.AbstractContextManager[object]:
-        return contextlib.nullcontext()
+    def phase(self, text: str) -> contextlib.AbstractContextManager[Callable[[RunRecord], None]]:
+        return contextlib.nullcontext(lambda record: None)
 
     def engines(self, addresses) -> None: ...
 
