@@ -36,13 +36,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from subprocess import Popen
 
+from etude.cli.service_watch import ServiceWatch
 from etude.cli.start_progress import StartWatch
 from etude.common.auth import write_tokens
 from etude.common.grpc_client import health_status
 from etude.common.logging import log_fields
 from etude.common.net import free_port
+from etude.common.process_deaths import ended_because, memory_note
 from etude.common.processes import log_tail, pid_alive, reap, spawn, terminate
-from etude.common.redis_server import RedisServer, find_redis_server
+from etude.common.redis_server import RedisServer, find_redis_server, redis_health
 from etude.common.settings import EtudeSettings, get_settings
 from etude.environment.config import SESSION_CGROUPS, SESSIONS_DIR, EnvironmentSettings
 from etude.sandbox.limits import CgroupSupport
@@ -170,6 +172,8 @@ class LocalStack:
         self.processes: dict[str, Popen[bytes]] = {}
         self.addresses: dict[str, str] = {}
         self.state: StackState | None = None
+        self._watch = ServiceWatch()
+        self._started = time.monotonic()
         self.attached = False
         """True when this object joined a stack another `etude` process supervises: it
         starts and stops only its own extra processes, never the stack or its state file."""
@@ -372,6 +376,35 @@ class LocalStack:
         if self.redis and self.redis.process and (code := reap(self.redis.process)) is not None:
             dead.append(("redis", code))
         return dead
+
+    def failures(self) -> list[str]:
+        """The services of this stack that can no longer serve (`service_watch`), each with
+        why, the kernel's word if the machine ran out of memory, and where its log is.
+        Rollout workers are left to the run driver."""
+        if self.state is None:
+            return []
+        services = {spec.name for spec in self.services} | {"redis"}
+        found = []
+        for component in self.state.components:
+            if component.name not in services:
+                continue
+            own = self.redis.process if component.kind == "redis" and self.redis else None
+            own = self.processes.get(component.name, own)
+            code = reap(own) if own is not None else None
+            if code is not None:
+                why: str | None = ended_because(code)
+            elif own is None and not pid_alive(component.pid):  # another supervisor's
+                why = f"is gone (pid {component.pid})"
+            else:
+                health = (
+                    redis_health(self.redis_url) if component.kind == "redis"
+                    else health_status(component.address, timeout=1.0)
+                )  # fmt: skip
+                why = self._watch.verdict(component.name, health)
+            if why is not None:
+                note = memory_note(within_seconds=time.monotonic() - self._started)
+                found.append(f"{component.name} {why}{note} (its log: {component.log})")
+        return found
 
     def stop(self) -> None:
         """Services in reverse start order, then Redis (which flushes its AOF)."""

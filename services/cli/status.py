@@ -6,13 +6,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import redis
-
 from etude.cli.stack import AUTH_DIR, STATE_FILE, StackState
 from etude.common.auth import ROLES, fingerprint, read_tokens
 from etude.common.grpc_client import health_status
 from etude.common.processes import pid_alive
-from etude.common.redis_server import redacted
+from etude.common.redis_server import redacted, redis_health
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +76,6 @@ class StackStatus:
             "services": [c.as_dict() for c in self.components],
             "credentials": [c.as_dict() for c in self.credentials],
         }
-
-
-def redis_health(url: str) -> str:
-    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-    try:
-        return "SERVING" if client.ping() else "NOT_SERVING"
-    except redis.exceptions.BusyLoadingError:
-        return "NOT_SERVING"  # replaying its AOF
-    except redis.exceptions.RedisError:
-        return "UNREACHABLE"
-    finally:
-        client.close()
 
 
 def read_status(run_dir: Path, tokens_dir: Path | None = None) -> StackStatus | None:

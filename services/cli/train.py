@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -39,7 +40,7 @@ def _load(config: Path | None, overrides: list[str] | None) -> RunConfig:
     try:
         return load_run_config(config, overrides or [])
     except RunConfigError as error:
-        console.print(f"[red]{error}[/]")
+        console.print(f"[red]{error}[/]", soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -153,9 +154,22 @@ def _until_done(
         console.print(f"{stop.args[0]}: stopping…")
         code = 130
     except StackError as error:
-        console.print(f"[red]{error}[/]")
+        console.print(f"[red]{error}[/]", soft_wrap=True)
     except RunFailedError as error:  # recorded in the run registry: `etude runs show` says it
-        console.print(f"[red]{error}[/]")
+        console.print(f"[red]{error}[/]", soft_wrap=True)
+    except Exception as error:
+        if stack is None:  # on a cluster the job's log is the place for the whole story
+            raise
+        # The reason on the terminal; the traceback, for a bug report, beside the services'.
+        logs = stack.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / "train.log", "a") as trace:
+            traceback.print_exception(error, file=trace)
+        console.print(
+            f"[red]The run failed: {type(error).__name__}: {error}[/]\n"
+            f"The services' logs and this traceback ({logs / 'train.log'}) are in {logs}.",
+            soft_wrap=True,
+        )
     finally:
         if stack is not None:
             stack.stop()

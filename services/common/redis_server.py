@@ -181,3 +181,15 @@ class RedisServer:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def redis_health(url: str) -> str:
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        return "SERVING" if client.ping() else "NOT_SERVING"
+    except redis.exceptions.BusyLoadingError:
+        return "NOT_SERVING"  # replaying its AOF
+    except redis.exceptions.RedisError:
+        return "UNREACHABLE"
+    finally:
+        client.close()

@@ -74,6 +74,10 @@ class WorkerProcesses(Protocol):
 
     def exited(self) -> list[tuple[str, int]]: ...
 
+    def failures(self) -> list[str]:
+        """Its services that can no longer serve, each with why (blocking: health checks)."""
+        ...
+
 
 def recorded_config(run_id: str, redis_url: str) -> RunConfig | None:
     """The config a run was recorded with (`etude runs start`, `POST /runs`), when the run
@@ -291,16 +295,27 @@ class Driver:
     ) -> Any:  # fmt: skip
         """`work`'s result, the run's record shown about once a second meanwhile (the
         trainer's progress line starts empty for each phase); with `workers`, a run whose
-        rollout workers all died is failed."""
+        rollout workers all died is failed. A run whose local stack can no longer serve
+        fails within seconds with the reason, rather than waiting on a call that cannot
+        end (a weight update to an engine the kernel killed)."""
         await registry.update(self.run_id, progress="")
         running = asyncio.ensure_future(work)
-        while not running.done():
-            await asyncio.wait([running], timeout=1.0)
-            record = await registry.get(self.run_id)
-            show(record)
-            if workers:
-                await self._fail_if_workers_died(registry, record)
-        return running.result()
+        try:
+            while not running.done():
+                await asyncio.wait([running], timeout=1.0)
+                record = await registry.get(self.run_id)
+                show(record)
+                if workers:
+                    await self._fail_if_workers_died(registry, record)
+                if self.stack is not None and not running.done():
+                    failed = await asyncio.to_thread(self.stack.failures)
+                    if failed:
+                        error = "the local stack can no longer serve: " + "; ".join(failed)
+                        await registry.update(self.run_id, status="failed", error=error)
+                        raise RunFailedError(self.run_id, error)
+            return running.result()
+        finally:
+            running.cancel()
 
     async def _fail_if_workers_died(self, registry: RunRegistry, record: RunRecord) -> None:
         """A local run whose rollout worker processes have all exited gets no more

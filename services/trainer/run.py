@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -56,6 +57,11 @@ from etude.trainer.trainer import PolicyTrainer, StepStats
 from etude.trainer.types import Endpoints
 
 log = logging.getLogger(__name__)
+
+
+class SftCancelledError(RuntimeError):
+    """Ends the SFT thread of a cancelled warm start."""
+
 
 BatchHook = Callable[[int, list[list[Trajectory]], StepStats], None]
 
@@ -255,18 +261,30 @@ class TrainingRun:
             return {**demos.summary(), "sft_skipped": reason}
         say(f"SFT on {len(demos)} demonstrations", last=True)
         tell = self.progress.counter("SFT step", sft.steps)
+        # A thread cannot be cancelled: a cancelled warm start (a failed run, Ctrl-C) tells
+        # it to end after its step, or the process would wait for every step left.
+        cancelled = threading.Event()
 
         def log_step(step) -> None:  # on the SFT thread
             self.reporter.log(step.step, {"loss": step.loss, "tokens": step.tokens}, "sft")
             tell(step.step, f"loss {step.loss:.3f}")
+            if cancelled.is_set():
+                raise SftCancelledError(f"SFT cancelled after step {step.step}")
 
         def log_held_out(loss) -> None:
             self.reporter.log(loss.step, {"held_out_nll": loss.nll}, "sft_held_out")
 
-        history = await asyncio.to_thread(
+        training = asyncio.ensure_future(asyncio.to_thread(
             sft_train, self.model, demos, sft, seed=self.config.policy.seed, on_step=log_step,
             on_held_out=log_held_out,
-        )  # fmt: skip
+        ))  # fmt: skip
+        try:
+            history = await asyncio.shield(training)
+        except asyncio.CancelledError:
+            cancelled.set()
+            with contextlib.suppress(SftCancelledError):
+                await training  # ended at its next step
+            raise
         return {**demos.summary(), **history.summary()}
 
     async def evaluate(self, label: str) -> list[Evaluation]:

@@ -12,7 +12,8 @@ Two variables make it start like an inference service with an engine process:
 `PROBE_STUBBORN_CHILD=<file>` starts a child that ignores SIGTERM and has no parent-death
 signal (as vLLM's engine core), its pid appended to the file; `PROBE_NEVER_READY=1` then never
 serves (a stuck start), and `PROBE_BUSY_SECONDS=<s>` computes that long first (a slow start
-that shows progress).
+that shows progress). `PROBE_DIES_AFTER=<s>` makes it report that it can no longer serve
+that long after it started (health turns NOT_SERVING, as when an engine dies).
 """
 
 from __future__ import annotations
@@ -66,7 +67,12 @@ def registration(servicer: ProbeServicer | None = None) -> Registration:
 
 
 async def _build(settings: EtudeSettings, resources: object) -> list[Registration]:
-    return [registration()]
+    if "PROBE_DIES_AFTER" not in os.environ:
+        return [registration()]
+    dies_at = time.monotonic() + float(os.environ["PROBE_DIES_AFTER"])
+    alive = registration()
+    return [Registration(alive.servicer, alive.add_to_server, alive.service_name,
+                         alive=lambda: time.monotonic() < dies_at)]  # fmt: skip
 
 
 STUBBORN_CHILD = (
