@@ -101,6 +101,8 @@ class Component:
     owner: str = ""
     """The process as `etude.sandbox.reclaim.Owner` names it (pid, start time, boot), for
     ending its session's leftovers after the whole stack was killed."""
+    ready_seconds: float = 0.0
+    """From its start to its first SERVING health check (the last try's)."""
 
 
 @dataclass(slots=True)
@@ -310,6 +312,7 @@ class LocalStack:
                 **http,
                 **dict(spec.env),
             }
+            started = time.monotonic()
             proc = spawn(spec.argv, log_path=log_path, env=env)
             self.processes[spec.name] = proc
             address = f"{host}:{port}"
@@ -324,6 +327,7 @@ class LocalStack:
                     metrics_url=f"http://{host}:{metrics_port}/metrics",
                     http_url=f"http://{host}:{http_port}" if spec.http else None,
                     owner=_owner_token(proc.pid),
+                    ready_seconds=round(time.monotonic() - started, 2),
                 )
             exited = proc.returncode is not None  # reaped while waited for
             terminate(proc, timeout=2)

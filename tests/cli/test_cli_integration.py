@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from etude.cli.smoke import component_checks
 from etude.cli.stack import LocalStack, ServiceSpec, StackError
@@ -42,6 +43,20 @@ def wait_until_running(run_dir: Path, proc: subprocess.Popen, log: Path) -> dict
             return json.loads(result.stdout)
         time.sleep(0.3)
     raise AssertionError(f"etude up never became ready:\n{log.read_text()}")
+
+
+def start_long_training(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path, Path]:
+    """`etude train` of a run whose warm start takes minutes (a run to interrupt or break):
+    the process, its stack's run dir and its log."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": name, "output_dir": str(tmp_path / "out"),
+        "tasks": {"train_limit": 2, "eval_limit": 1, "hint_tier": 3},
+        "sft": {"steps": 400, "batch_size": 2},
+    }))  # fmt: skip
+    run_dir, log = tmp_path / "stack", tmp_path / "train.log"
+    train = spawn([*ETUDE, "train", str(config), "--run-dir", str(run_dir)], log_path=log)
+    return train, run_dir, log
 
 
 def wait_gone(pids: list[int], timeout: float = 20) -> list[int]:

@@ -19,10 +19,9 @@ import yaml
 
 from etude.cli import service_watch
 from etude.cli.stack import STATE_FILE, LocalStack, ServiceSpec
-from etude.common.processes import spawn
 from etude.common.runs import RunRegistry
 from etude.common.settings import EtudeSettings, StackSettings
-from tests.cli.test_cli_integration import ETUDE, REPO_ROOT
+from tests.cli.test_cli_integration import ETUDE, REPO_ROOT, start_long_training
 
 pytestmark = pytest.mark.integration
 
@@ -105,14 +104,7 @@ async def _failed_record(redis_url: str, within: float):
 
 
 def test_etude_train_fails_the_run_within_seconds_when_its_inference_service_dies(tmp_path):
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "doomed", "output_dir": str(tmp_path / "out"),
-        "tasks": {"train_limit": 2, "eval_limit": 1, "hint_tier": 3},
-        "sft": {"steps": 400, "batch_size": 2},
-    }))  # fmt: skip
-    run_dir, log = tmp_path / "stack", tmp_path / "train.log"
-    train = spawn([*ETUDE, "train", str(config), "--run-dir", str(run_dir)], log_path=log)
+    train, run_dir, log = start_long_training(tmp_path, "doomed")
     try:
         deadline = time.monotonic() + 300
         while "SFT step" not in (log.read_text() if log.exists() else ""):

@@ -14,13 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from etude.cli.stack import STATE_FILE, LocalStack, ServiceSpec, StackError
-from etude.common.processes import pid_alive, spawn
+from etude.common.processes import pid_alive
 from etude.common.settings import EtudeSettings, StackSettings
 from etude.sandbox.procs import descendants, in_session
-from tests.cli.test_cli_integration import ETUDE, REPO_ROOT, wait_gone
+from tests.cli.test_cli_integration import REPO_ROOT, start_long_training, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -142,14 +141,7 @@ def test_a_new_stack_ends_what_a_killed_stack_left_in_its_run_dir(tmp_path):
 
 
 def test_ctrl_c_of_etude_train_leaves_no_process_of_its_tree(tmp_path):
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "interrupted", "output_dir": str(tmp_path / "out"),
-        "tasks": {"train_limit": 2, "eval_limit": 1, "hint_tier": 3},
-        "sft": {"steps": 200, "batch_size": 2},
-    }))  # fmt: skip
-    run_dir, log = tmp_path / "stack", tmp_path / "train.log"
-    train = spawn([*ETUDE, "train", str(config), "--run-dir", str(run_dir)], log_path=log)
+    train, run_dir, log = start_long_training(tmp_path, "interrupted")
     try:
         deadline = time.monotonic() + 180
         state: dict = {}
