@@ -358,7 +358,7 @@ class LocalStack:
         log.info("starting %s", name)
         while (waited := time.monotonic() - started) < stack.ready_timeout_seconds:
             if (code := reap(proc)) is not None:
-                return f"it exited with code {code} after {waited:.0f} s"
+                return f"it {ended_because(code)} after {waited:.0f} s"
             if health_status(address, timeout=0.5) == "SERVING":
                 log.info("%s serving after %.1f s", name, waited)
                 return None
@@ -392,8 +392,7 @@ class LocalStack:
         for component in self.state.components:
             if component.name not in services:
                 continue
-            own = self.redis.process if component.kind == "redis" and self.redis else None
-            own = self.processes.get(component.name, own)
+            own = self._process_of(component)
             code = reap(own) if own is not None else None
             if code is not None:
                 why: str | None = ended_because(code)
@@ -409,6 +408,12 @@ class LocalStack:
                 note = memory_note(within_seconds=time.monotonic() - self._started)
                 found.append(f"{component.name} {why}{note} (its log: {component.log})")
         return found
+
+    def _process_of(self, component: Component) -> Popen[bytes] | None:
+        """The process of `component` if this stack started it; None for an attached one."""
+        if component.kind == "redis":
+            return self.redis.process if self.redis is not None else None
+        return self.processes.get(component.name)
 
     def stop(self) -> None:
         """Services in reverse start order, then Redis (which flushes its AOF)."""
