@@ -3,7 +3,9 @@
 The trainer may live in a Ray actor, so its progress reaches the driver, `etude runs show`
 and the gateway the way everything else does: through the run registry. Steps report from
 the SFT thread as well as from the event loop; writes are at most one per `min_seconds`,
-except a phase's last, so a fast loop does not flood Redis.
+except a phase's last, so a fast loop does not flood Redis. `close` ends the writing before
+the loop ends: a line the SFT thread says while the run shuts down would otherwise become a
+task the closing loop destroys half-sent.
 """
 
 from __future__ import annotations
@@ -34,18 +36,37 @@ class RunProgress:
         self.loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
         self._last = 0.0
+        self._closed = False
+        self._pending: set[Future] = set()
 
     def say(self, text: str, *, last: bool = False) -> None:
         """Record `text` (from any thread); dropped if the previous line is too recent,
         unless `last`."""
         with self._lock:
             now = time.monotonic()
-            if not last and now - self._last < self.min_seconds:
+            if self._closed or (not last and now - self._last < self.min_seconds):
                 return
             self._last = now
-        write = self.registry.update(self.run_id, progress=text)
-        future = asyncio.run_coroutine_threadsafe(write, self.loop)
-        future.add_done_callback(_log_failure)
+            write = self.registry.update(self.run_id, progress=text)
+            future = asyncio.run_coroutine_threadsafe(write, self.loop)
+            self._pending.add(future)
+        future.add_done_callback(self._settled)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Say nothing more, and let the lines already sent reach the registry (or give up
+        on them after `timeout`) while the loop and the Redis client still run."""
+        with self._lock:
+            self._closed = True
+            pending = [asyncio.wrap_future(f) for f in self._pending]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+        for future in list(self._pending):
+            future.cancel()
+
+    def _settled(self, future: Future) -> None:
+        with self._lock:
+            self._pending.discard(future)
+        _log_failure(future)
 
     def counter(self, what: str, total: int) -> Callable[[int, str], None]:
         """`tell(done, detail)` says `{what} {done}/{total}: {detail}, ETA …`, the ETA from

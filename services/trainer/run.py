@@ -107,6 +107,7 @@ class TrainingRun:
         enter(self.redis.aclose)
         self.registry = RunRegistry(self.redis)
         self.progress = RunProgress(self.registry, self.run_id)
+        enter(self.progress.close)  # before the Redis client closes (the stack unwinds LIFO)
         # The run's tasks as registered with it (by the gateway, or now from the config's
         # task set): what the workers and the reward service look tasks up in.
         taskset = await RunTasks(self.redis).ensure(self.run_id, config.tasks)

@@ -79,3 +79,30 @@ def test_the_eta_follows_the_pace_so_far():
     started = time.monotonic() - 30  # 3 of 10 in 30 s: 70 s to go
     assert eta(3, 10, started) == "ETA 70 s"
     assert eta(1, 10, time.monotonic() - 60) == "ETA 9 min"
+
+
+async def test_close_lands_the_lines_sent_and_drops_what_a_thread_says_after_it(registry):
+    run = await registry.create(RunConfig(), run_id="c")
+    progress = RunProgress(registry, run.run_id, min_seconds=0)
+    stop = threading.Event()
+    said_after_close: list[str] = []
+
+    def sft() -> None:  # goes on saying while the run shuts down, as a thread ending its step
+        step = 0
+        while not stop.is_set():
+            step += 1
+            progress.say(f"SFT step {step}")
+            time.sleep(0.001)
+        progress.say("after close", last=True)
+        said_after_close.append("after close")
+
+    thread = threading.Thread(target=sft)
+    thread.start()
+    await asyncio.sleep(0.1)
+    await progress.close()
+    landed = (await registry.get(run.run_id)).progress
+    assert landed.startswith("SFT step ")
+    stop.set()
+    await asyncio.to_thread(thread.join)
+    assert said_after_close and (await settled(registry, run.run_id)) == landed
+    assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
