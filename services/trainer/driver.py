@@ -20,6 +20,7 @@ reason recorded there, and `RunFailedError` leaves `main`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -230,6 +231,8 @@ class Driver:
             raise
         finally:
             await self._stop_workers()
+            with contextlib.suppress(Exception):  # the failure that brought us here says why
+                await call("close")
             for engine in self.engines:
                 await engine.stop.remote()
             if self.ray:
@@ -315,7 +318,11 @@ class Driver:
                         raise RunFailedError(self.run_id, error)
             return running.result()
         finally:
+            # Cancelled work is awaited: a warm start ends its SFT thread after the step
+            # under way, before the trainer closes (a Ray call's future just cancels).
             running.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await running
 
     async def _fail_if_workers_died(self, registry: RunRegistry, record: RunRecord) -> None:
         """A local run whose rollout worker processes have all exited gets no more

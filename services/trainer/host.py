@@ -67,6 +67,11 @@ class TrainerHost:
         await self.run.close()
         return {"curve": str(path), **ends}
 
+    async def close(self) -> None:
+        """Release what `setup` opened (a no-op after `finish`): a failed or stopped run
+        ends its progress writes and its clients while the loop still runs."""
+        await self.run.close()
+
 
 def reward_ends(history: list[dict]) -> dict[str, float]:
     """Mean training reward over the first and over the last quarter of the RL steps (at
