@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -114,13 +115,31 @@ def cluster_endpoints(settings: EtudeSettings, engines: int, *, ray: bool) -> En
 def serving_env(run: RunConfig, models_dir: Path) -> dict[str, str]:
     """The settings under which a local inference service serves the run's policy: its
     architecture (a pretrained model imported first if need be), backend and seed, so the
-    trainer's weights fit it. ValueError or FileNotFoundError: `policy.init` is wrong."""
+    trainer's weights fit it; and its sizes from the run, unless set already: the context,
+    the sequences in flight (every rollout worker's episodes) and a KV cache that holds each
+    at its longest. ValueError or FileNotFoundError: `policy.init` is wrong."""
     source = resolve_init(run.policy.init, models_dir)
     model = str(Path(source).resolve()) if Path(source).is_dir() else source
+    sizes = serving_sizes(run)
     return {
+        **{f"ETUDE_INFERENCE__{name.upper()}": str(value) for name, value in sizes.items()
+           if f"ETUDE_INFERENCE__{name.upper()}" not in os.environ},
         "ETUDE_INFERENCE__MODEL": model,
         "ETUDE_INFERENCE__BACKEND": run.policy.serve_with,
         "ETUDE_INFERENCE__SEED": str(run.policy.seed),
+    }  # fmt: skip
+
+
+def serving_sizes(run: RunConfig) -> dict[str, int]:
+    """`max_model_len`, `max_num_seqs` and `kv_cache_tokens` of the inference service that
+    serves `run` alone: its rollout workers' episodes at once (the held-out evaluation runs
+    fewer), each at most `rollout.max_episode_tokens` long."""
+    sequences = run.rollout.workers * run.rollout.concurrency
+    longest = min(run.rollout.max_episode_tokens, run.policy.max_model_len)
+    return {
+        "max_model_len": run.policy.max_model_len,
+        "max_num_seqs": sequences,
+        "kv_cache_tokens": max(sequences * longest, run.policy.max_model_len),
     }
 
 
