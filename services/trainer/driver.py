@@ -38,6 +38,7 @@ from etude.common.runs import RunFailedError, RunNotFoundError, RunRecord, RunRe
 from etude.common.settings import EtudeSettings
 from etude.common.signals import StopRequested
 from etude.model.pretrained import resolve_init
+from etude.trainer.heartbeat import Heartbeat
 from etude.trainer.host import TrainerHost
 from etude.trainer.placement import inference_engines, init_ray, rollout_actors, trainer_actor
 from etude.trainer.types import Endpoints, Placement
@@ -180,19 +181,10 @@ class Driver:
             return 0
         # While this process lives the run is alive; the gateway's reaper ends a run whose
         # heartbeat stops (this process killed), so it never stays `running` for nobody.
-        beating = asyncio.create_task(self._heartbeat(registry))
-        try:
+        runs = self.settings.runs
+        with Heartbeat(self.endpoints.redis_url, self.run_id, runs.heartbeat_seconds,
+                       runs.driver_timeout_seconds, prefix=registry.prefix):  # fmt: skip
             return await self._phases(registry, output_dir, resume, sft_only, out)
-        finally:
-            beating.cancel()
-
-    async def _heartbeat(self, registry: RunRegistry) -> None:
-        while True:
-            try:
-                await registry.heartbeat(self.run_id)
-            except RedisError as error:  # Redis back soon, or the reaper will say so
-                log.warning("heartbeat not written: %s", error)
-            await asyncio.sleep(self.settings.runs.heartbeat_seconds)
 
     async def _phases(
         self, registry: RunRegistry, output_dir: Path, resume: bool, sft_only: bool,
