@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from etude.common.allocator import release_free_memory
 
 
 def resident_bytes() -> int:
-    for line in open("/proc/self/status"):
+    for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
