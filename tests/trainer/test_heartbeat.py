@@ -57,9 +57,7 @@ async def test_a_slow_redis_delays_a_beat_by_a_second_and_ends_nothing(fresh_red
     assert (await registry.get(run_id)).status == "running"
 
 
-async def test_a_driver_silent_for_the_whole_window_is_ended_with_the_reason(
-    fresh_redis, registry
-):
+async def test_a_driver_silent_for_the_whole_window_is_ended_with_the_reason(fresh_redis, registry):
     run_id = await running(registry, "gone")
     with Heartbeat(fresh_redis.url, run_id, 0.2, WINDOW, prefix="hb"):
         await asyncio.sleep(0.5)
