@@ -317,16 +317,18 @@ class Driver:
         try:
             while not running.done():
                 await asyncio.wait([running], timeout=1.0)
-                record = await registry.get(self.run_id)
-                show(record)
-                if workers:
-                    await self._fail_if_workers_died(registry, record)
+                # The stack first: the registry itself is in its Redis, which may be what died.
                 if self.stack is not None and not running.done():
                     failed = await asyncio.to_thread(self.stack.failures)
                     if failed:
                         error = "the local stack can no longer serve: " + "; ".join(failed)
-                        await registry.update(self.run_id, status="failed", error=error)
+                        with contextlib.suppress(RedisError):  # recorded where it still can be
+                            await registry.update(self.run_id, status="failed", error=error)
                         raise RunFailedError(self.run_id, error)
+                record = await registry.get(self.run_id)
+                show(record)
+                if workers:
+                    await self._fail_if_workers_died(registry, record)
             return running.result()
         finally:
             # Cancelled work is awaited: a warm start ends its SFT thread after the step
