@@ -10,7 +10,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from etude.common.toolcalls import ToolCall
 from etude.environment.client import GrpcEnvironment
-from etude.sandbox.bwrap import ETUDE_PACKAGE
+from etude.sandbox.bwrap import ETUDE_PACKAGE, interpreter_dirs
 from tests.environment.conftest import make_manager, serving
 
 pytestmark = pytest.mark.integration
@@ -142,8 +141,7 @@ async def test_one_session_cannot_see_another(environment, repo):
 
 def interpreter_pruned() -> str:
     """`find` options that skip the interpreter directories every sandbox sees."""
-    dirs = sorted({sys.prefix, sys.base_prefix})
-    return " ".join(f"-path {quote(d)} -prune -o" for d in dirs)
+    return " ".join(f"-path {quote(d)} -prune -o" for d in interpreter_dirs())
 
 
 def quote(text: str) -> str:
