@@ -70,6 +70,10 @@ def up(
             f"(pid {existing.supervisor_pid}).[/] Stop it, or pass another --run-dir."
         )
         raise typer.Exit(1)
+    if settings.stack.memory_check:
+        from etude.cli.memory_budget import refuse_without_memory, stack_need  # imports torch
+
+        refuse_without_memory(stack_need, "the local stack")
 
     stack = LocalStack(settings, tuple(ServiceSpec.module(n) for n in LOCAL_SERVICES))
     # A signal at any point, even during start-up, unwinds through `stack.stop()`.

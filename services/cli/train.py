@@ -124,6 +124,10 @@ def _on_local_stack(
         console.print(f"[red]policy.init: {error}[/]")
         raise typer.Exit(2) from None
     existing = read_status(settings.stack.run_dir.resolve())
+    if settings.stack.memory_check and not (existing is not None and existing.supervisor_alive):
+        from etude.cli.memory_budget import refuse_without_memory, run_need  # imports torch
+
+        refuse_without_memory(lambda inference: run_need(run, inference), "this run")
     stack = LocalStack(settings, tuple(ServiceSpec.module(n) for n in LOCAL_SERVICES))
 
     def start() -> Driver:

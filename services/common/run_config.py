@@ -231,6 +231,11 @@ class PolicyConfig(_Part):
     """Longest episode (prompt, turns and tool results) in tokens."""
     serve_with: Literal["torch", "vllm"] = "torch"
     """The local stack's inference backend for this run (`vllm`: vLLM's CPU or GPU build)."""
+    activation_checkpointing: bool = False
+    """SFT and RL keep only each trained layer's input and recompute its activations in the
+    backward pass: the same gradients in less memory, for more time (SmolLM2-135M, 8 layers
+    trained, 4 demonstrations of ~1,500 tokens: a step's peak 2.7 GiB instead of 4.2, 11%
+    slower)."""
 
 
 class SftConfig(_Part):

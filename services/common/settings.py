@@ -92,6 +92,10 @@ class StackSettings(Section):
     ready_timeout_seconds: float = Field(default=900.0, gt=0)
     """The longest a component may take to report healthy while it shows progress (a cold
     machine: vLLM took 63 s from a cold page cache on 2 cores where it takes 10 s warm)."""
+    memory_check: bool = True
+    """Before `etude up` or a local `etude train` starts anything, refuse when the estimated
+    peak memory of the stack (and the run) exceeds what the machine has available
+    (etude.cli.memory_budget); false starts anyway."""
     start_stall_seconds: float = Field(default=60.0, gt=0)
     """A starting component that shows no progress this long (no CPU time or reads in its
     process session, no log output) is taken as stuck and fails the start with its log."""

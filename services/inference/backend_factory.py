@@ -10,6 +10,7 @@ import torch
 from etude.inference.backend import InferenceBackend
 from etude.inference.config import InferenceConfig
 from etude.inference.engine import EngineConfig
+from etude.inference.kv_sizing import kv_cache_bytes
 from etude.inference.torch_backend import TorchBackend
 from etude.model.checkpoint import init_checkpoint
 from etude.sim.config import SimConfig
@@ -27,6 +28,16 @@ def preset_checkpoint(config: InferenceConfig, directory: Path) -> Path:
             tokenizer_source=config.tokenizer,
         )
     return target
+
+
+def vllm_kv_cache_bytes(config: InferenceConfig, checkpoint_dir: Path) -> int | None:
+    """The KV cache vLLM gets: `kv_cache_tokens` of the checkpoint's keys and values; unset,
+    on a CPU, room for `max_num_seqs` sequences of `max_model_len`; None leaves a GPU's
+    cache to vLLM (`gpu_memory_utilization`)."""
+    tokens = config.kv_cache_tokens
+    if tokens is None and not torch.cuda.is_available():
+        tokens = config.max_num_seqs * config.max_model_len
+    return None if tokens is None else kv_cache_bytes(checkpoint_dir, config.dtype, tokens)
 
 
 def cpu_threads(config: InferenceConfig) -> int:
@@ -68,6 +79,7 @@ async def start_backend(
         max_model_len=config.max_model_len,
         max_num_seqs=config.max_num_seqs,
         gpu_memory_utilization=config.gpu_memory_utilization,
+        kv_cache_memory_bytes=vllm_kv_cache_bytes(config, source),
         enforce_eager=config.enforce_eager,
         seed=config.seed,
     )

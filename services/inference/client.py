@@ -16,6 +16,7 @@ from etude.common.grpc_client import open_channel
 from etude.common.settings import ClientSettings
 from etude.inference.types import (
     CompletionDelta,
+    EngineDeadError,
     EngineLoad,
     GenerationRequest,
     InferenceError,
@@ -71,8 +72,7 @@ class GrpcInference:
             async for chunk in call:
                 yield delta_from_proto(chunk)
         except aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise InferenceError(error.details()) from error
+            _raise_inference_error(error)
             raise
         finally:
             call.cancel()  # no-op once finished; frees the server's cache otherwise
@@ -93,10 +93,9 @@ class GrpcInference:
         try:
             reply = await self._update_weights(messages)
         except aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise InferenceError(error.details()) from error
             if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 raise PolicyOwnedError(error.details()) from error
+            _raise_inference_error(error)
             raise
         return WeightUpdate(reply.version.version, reply.tensors_updated, reply.seconds)
 
@@ -112,3 +111,12 @@ class GrpcInference:
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+def _raise_inference_error(error: aio.AioRpcError) -> None:
+    """A refused request as InferenceError; an engine that died (or a service that cannot
+    be reached) as EngineDeadError, with the server's reason."""
+    if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        raise InferenceError(error.details()) from error
+    if error.code() == grpc.StatusCode.UNAVAILABLE:
+        raise EngineDeadError(error.details()) from error

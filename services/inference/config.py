@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from etude.common.settings import MIB, EtudeSettings, Section
 from etude.sim.config import SimConfig
@@ -41,7 +41,13 @@ class InferenceConfig(Section):
     max_prefill_tokens: int = Field(default=8192, ge=16)
     """Padded prompt tokens prefilled in one engine step (torch backend)."""
     gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
-    """vLLM: fraction of device memory (on the CPU, of RAM) for weights and KV cache."""
+    """vLLM on a GPU, `kv_cache_tokens` unset: fraction of device memory for weights and KV
+    cache."""
+    kv_cache_tokens: int | None = Field(default=None, ge=16)
+    """vLLM: tokens its KV cache holds, all sequences together (etude.inference.kv_sizing
+    turns them into bytes). Unset: on a CPU, `max_num_seqs` × `max_model_len` (rather than
+    vLLM's `gpu_memory_utilization` of the machine's RAM); on a GPU, vLLM's own sizing. A
+    local `etude train` sets it from the run: every episode in flight at its longest."""
     max_update_bytes: int = Field(default=64 << 30, ge=1)
     """Largest UpdateWeights stream accepted (all tensors together)."""
     enforce_eager: bool = True
@@ -65,6 +71,15 @@ class InferenceConfig(Section):
     """Parameters one tool of a chat request may declare (OpenAI's API allows 128 tools)."""
     checkpoint_dir: Path | None = None
     """Where a preset is written as a checkpoint for vLLM; unset: `<run dir>/inference`."""
+
+    @model_validator(mode="after")
+    def _kv_cache_holds_a_sequence(self) -> InferenceConfig:
+        if self.kv_cache_tokens is not None and self.kv_cache_tokens < self.max_model_len:
+            raise ValueError(
+                f"kv_cache_tokens ({self.kv_cache_tokens}) must hold one sequence of "
+                f"max_model_len ({self.max_model_len}) tokens"
+            )
+        return self
 
 
 class InferenceSettings(EtudeSettings):

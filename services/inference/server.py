@@ -10,7 +10,12 @@ import grpc
 from etude.api.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from etude.common.grpc_server import Registration
 from etude.inference.serving import Serving
-from etude.inference.types import EngineFault, InferenceError, PolicyOwnedError
+from etude.inference.types import (
+    EngineDeadError,
+    EngineFault,
+    InferenceError,
+    PolicyOwnedError,
+)
 from etude.inference.weight_stream import WeightStreamError, assemble, decode_chunk
 from etude.inference.wire import chunk_to_proto, load_to_proto, request_from_proto
 
@@ -28,6 +33,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             generation = request_from_proto(request, self.backend.tokenizer)
             stream = self.serving.generate(generation)
             first = await anext(stream)
+        except EngineDeadError as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
         except InferenceError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except EngineFault as error:  # this request failed; the engine goes on serving
@@ -39,6 +46,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             yield chunk_to_proto(first)
             async for delta in stream:
                 yield chunk_to_proto(delta)
+        except EngineDeadError as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
         except EngineFault as error:
             await context.abort(grpc.StatusCode.INTERNAL, str(error))
         finally:
@@ -52,6 +61,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             loaded, seconds = await self.serving.update_weights(
                 version, update.tensors, started, drain=update.drain, run_id=update.run_id
             )
+        except EngineDeadError as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
         except (WeightStreamError, InferenceError) as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except PolicyOwnedError as error:

@@ -18,6 +18,7 @@ import torch
 from etude.inference.engine import EngineConfig, TorchEngine
 from etude.inference.types import (
     CompletionDelta,
+    EngineDeadError,
     EngineFault,
     EngineStats,
     GenerationRequest,
@@ -183,7 +184,7 @@ class TorchBackend:
             except BaseException as error:  # the thread itself is ending: refuse requests
                 self._error = error
                 # The requests in flight fail too, rather than end as if cancelled.
-                self._fail_in_flight(RuntimeError(f"the torch engine died: {error!r}"))
+                self._fail_in_flight(EngineDeadError(f"the torch engine died: {error!r}"))
                 raise
 
     def _fail_in_flight(self, error: Exception) -> None:
@@ -201,4 +202,4 @@ class TorchBackend:
 
     def _raise_if_dead(self) -> None:
         if self._error is not None:
-            raise RuntimeError(f"the torch engine died: {self._error!r}") from self._error
+            raise EngineDeadError(f"the torch engine died: {self._error!r}") from self._error

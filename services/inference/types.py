@@ -21,6 +21,12 @@ class InferenceError(Exception):
     """A request the backend refuses (bad sampling parameters, prompt too long...)."""
 
 
+class EngineDeadError(InferenceError):
+    """The engine can no longer serve (its process ended, the kernel killed it): every call
+    waiting on it fails with this and the reason, within seconds; health says NOT_SERVING.
+    Over gRPC: UNAVAILABLE."""
+
+
 class EngineFault(RuntimeError):
     """An internal error of the engine ended this request; the backend keeps serving."""
 

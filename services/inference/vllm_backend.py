@@ -37,9 +37,12 @@ repacks the head (`_repack_tied_lm_head`).
 Limitation: that repair needs ``moe_intermediate_size`` to be a multiple of the CPU kernel's
 alignment (32; every Qwen3-MoE release is), since vLLM pads other sizes at load time and its
 reload cannot copy unpadded experts into padded parameters; such a model is refused at
-update time, before any weight changes. Weights travel to the engine process as one
-safetensors blob over vLLM's RPC: fine for small policies, a copy of the whole model per
-update for large ones (vLLM's NCCL weight-transfer engine is the GPU answer).
+update time, before any weight changes. Weights travel to the engine process in parts of
+at most `UPDATE_PART_BYTES`, each a safetensors blob over vLLM's RPC loaded before the next is
+packed, all inside one pause: neither process ever holds a blob of the whole model (an update
+of SmolLM2-135M in fp32 is 540 MB; one blob cost that three times over in the engine and once
+more in the service). A part holds whole layers: vLLM's layerwise reload processes a layer
+once all of its tensors arrived and would process a partly loaded one with the rest unset.
 
 Stats come from vLLM's scheduler (running, waiting, KV cache usage), recorded by a stat logger
 on every engine step; with stats on, vLLM also registers its ``vllm:*`` Prometheus metrics in
@@ -55,9 +58,9 @@ import gc
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 # Before anything of vLLM runs; the engine process it starts inherits the environment.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -74,9 +77,11 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
+from etude.common.process_deaths import OomKill, ended_because, oom_kills
 from etude.inference.finite import all_finite
 from etude.inference.types import (
     CompletionDelta,
+    EngineDeadError,
     EngineStats,
     FinishReason,
     GenerationRequest,
@@ -146,14 +151,18 @@ class _WorkerExtension:
                 )
 
     def etude_reload_weights(self, blob: bytes) -> int:
-        """Load the safetensors `blob` in place, then pack the CPU MoE experts again."""
+        """Load the safetensors `blob` (whole layers) in place, then pack again the CPU MoE
+        experts it carried (a layer it did not carry keeps its packed weights)."""
         from vllm._custom_ops import cpu_prepack_moe_weight
 
         weights = load_safetensors(blob)
         self.reload_weights(weights_iterator=iter(weights.items()))
         model = self.model_runner.get_model()
+        carried = {_layer_of(name) for name in weights}
         with torch.no_grad():
-            for _, layer in _cpu_moe_layers(model):
+            for name, layer in _cpu_moe_layers(model):
+                if _layer_of(f"{name}.weight") not in carried:
+                    continue
                 isa = layer.quant_method.moe_kernel.fused_experts.isa
                 for param in (layer.w13_weight, layer.w2_weight):
                     # In place: the kernel and any captured graph keep this storage.
@@ -233,6 +242,57 @@ def _checked(
     return named
 
 
+DEATH_CHECK_SECONDS = 0.5
+"""How often a call waiting on the engine looks whether the engine died."""
+T = TypeVar("T")
+
+
+def engine_death(ended: list[tuple[str, int, int]], kills: list[OomKill]) -> str:
+    """`the inference engine died: out of memory (the kernel's OOM killer ended
+    VLLM::EngineCore (pid 12) 3 s ago)`, from the engine processes that ended (what, pid,
+    exit code) and the kernel's out-of-memory kills."""
+    pids = {pid for _, pid, _ in ended}
+    killed = [k for k in kills if k.pid in pids]
+    if killed:
+        which = ", ".join(f"{k.command} (pid {k.pid}) {k.seconds_ago:.0f} s ago" for k in killed)
+        return f"the inference engine died: out of memory (the kernel's OOM killer ended {which})"
+    how = "; ".join(f"{what} {ended_because(code)}" for what, _, code in ended)
+    return f"the inference engine died: {how or 'vLLM reports its engine core dead'}"
+
+
+UPDATE_PART_BYTES = 64 << 20
+"""Bytes of one part of an update sent to the engine (a larger layer goes whole, alone)."""
+
+
+def _layer_of(name: str) -> str:
+    """The decoder layer a checkpoint tensor belongs to (`model.layers.3`), or the name of
+    the module holding it (`model.embed_tokens`)."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part == "layers" and parts[i + 1].isdigit():
+            return ".".join(parts[: i + 2])
+    return ".".join(parts[:-1])
+
+
+def _parts(
+    named: list[tuple[str, torch.Tensor]], max_bytes: int = UPDATE_PART_BYTES
+) -> list[list[tuple[str, torch.Tensor]]]:
+    """`named` in parts of whole layers, each at most `max_bytes` unless one layer is more."""
+    layers: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    for name, tensor in named:
+        layers.setdefault(_layer_of(name), []).append((name, tensor))
+    parts: list[list[tuple[str, torch.Tensor]]] = []
+    size = 0
+    for layer in layers.values():
+        layer_bytes = sum(t.numel() * t.element_size() for _, t in layer)
+        if not parts or size + layer_bytes > max_bytes:
+            parts.append([])
+            size = 0
+        parts[-1].extend(layer)
+        size += layer_bytes
+    return parts
+
+
 def _pack(tensors: Iterable[tuple[str, torch.Tensor]]) -> bytes:
     """One safetensors blob; tensors that share storage (tied weights) are copied apart."""
     named: dict[str, torch.Tensor] = {}
@@ -279,6 +339,7 @@ class VllmBackend:
         self._request_ids: set[str] = set()
         self.last_update_seconds: float | None = None
         """How long the last `update_weights` held generation paused."""
+        self.update_part_bytes = UPDATE_PART_BYTES
 
     @classmethod
     async def start(
@@ -349,6 +410,35 @@ class VllmBackend:
     def alive(self) -> bool:
         return not self._engine.errored
 
+    def death(self) -> str | None:
+        """Why the engine can no longer serve (its process ended, how, and the kernel's
+        word when it ran out of memory), or None while it can."""
+        if not self._engine.errored:
+            return None
+        manager = getattr(self._engine.engine_core.resources, "engine_manager", None)
+        ended = [p for p in getattr(manager, "processes", ()) if p.exitcode is not None]
+        return engine_death(
+            [(f"{p.name} (pid {p.pid})", p.pid, p.exitcode) for p in ended],
+            oom_kills(within_seconds=600),
+        )
+
+    async def _while_alive(self, call: Awaitable[T]) -> T:
+        """`call`'s result, or InferenceError within `DEATH_CHECK_SECONDS` of the engine
+        dying: vLLM fails new calls to a dead engine core but leaves those already sent to it
+        waiting for an answer that never comes (a weight update, then, for its deadline)."""
+        running = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait([running], timeout=DEATH_CHECK_SECONDS)
+                reason = self.death()
+                failed = bool(done) and (running.cancelled() or running.exception() is not None)
+                if reason is not None and (failed or not done):
+                    raise EngineDeadError(reason)
+                if done:
+                    return running.result()
+        finally:
+            running.cancel()
+
     def _check(self, request: GenerationRequest) -> VllmSamplingParams:
         s = request.sampling
         validate_request(request, max_model_len=self.max_model_len, vocab_size=self._vocab_size)
@@ -397,8 +487,13 @@ class VllmBackend:
                     output = await anext(stream)
                 except StopAsyncIteration:
                     return
-                except ValueError as e:  # vLLM refused the request
-                    raise InferenceError(str(e)) from e
+                except Exception as e:  # a dead engine fails its requests (EngineDeadError)
+                    reason = self.death()
+                    if reason is None and not isinstance(e, ValueError):
+                        raise
+                    if reason is not None:
+                        raise EngineDeadError(reason) from e
+                    raise InferenceError(str(e)) from e  # vLLM refused the request
                 if labels is None:
                     labels = self._request_states(request.request_id)
                 for c in output.outputs:
@@ -463,28 +558,37 @@ class VllmBackend:
     ) -> int:
         if self._closed:
             raise InferenceError("the backend is closed")
-        blob = _pack(_checked(tensors, self._shapes, self._to_checkpoint_names))
+        named = _checked(tensors, self._shapes, self._to_checkpoint_names)
+        parts = _parts(named, self.update_part_bytes)
+        engine, alive = self._engine, self._while_alive
         async with self._update_lock:
             try:
-                await self._engine.collective_rpc("etude_check_reloadable")
+                await alive(engine.collective_rpc("etude_check_reloadable"))
+            except InferenceError:
+                raise
             except Exception as e:
                 raise InferenceError(f"cannot load version {version}: {e}") from e
             started = time.perf_counter()
-            await self._engine.pause_generation(mode="keep", clear_cache=True)
+            await alive(engine.pause_generation(mode="keep", clear_cache=True))
             try:
                 try:
-                    (loaded,) = await self._engine.collective_rpc(
-                        "etude_reload_weights", args=(blob,)
-                    )
+                    loaded = 0
+                    for part in parts:
+                        rpc = engine.collective_rpc("etude_reload_weights", args=(_pack(part),))
+                        (count,) = await alive(rpc)
+                        loaded += count
+                except InferenceError:  # EngineDeadError included
+                    raise
                 except Exception as e:
                     raise InferenceError(
                         f"loading version {version} failed (the engine's weights may be "
                         f"partly updated): {e}"
                     ) from e
-                await self._engine.update_weight_version(str(version))
+                await alive(engine.update_weight_version(str(version)))
                 self._version = version
             finally:
-                await self._engine.resume_generation()
+                if self.death() is None:
+                    await alive(engine.resume_generation())
             self.last_update_seconds = time.perf_counter() - started
         return loaded
 

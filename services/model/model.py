@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from etude.model.config import ModelConfig
 from etude.model.kv_cache import CacheBatch
@@ -203,6 +204,9 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.checkpoint_layers = False
+        """Training: keep only each trained layer's input and recompute the rest in the
+        backward pass (activation checkpointing; `policy.activation_checkpointing`)."""
 
     def forward(
         self,
@@ -217,11 +221,26 @@ class Transformer(nn.Module):
         that shared prefix (training a group of completions of one prompt). `logits_at`
         indexes the flattened [B*T] positions whose logits are wanted (a sampler wants one
         per sequence)."""
+        h, aux = self.hidden(tokens_BT, cache=cache, at=logits_at, prefix=prefix)
+        return ForwardOutput(self.lm_head(h), aux)
+
+    def hidden(
+        self,
+        tokens_BT: torch.Tensor,
+        *,
+        cache: CacheBatch | None = None,
+        at: torch.Tensor | None = None,
+        prefix: SharedPrefix | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward` without the output layer: the final hidden states ([B, T, D], or [N, D]
+        at the flattened positions `at`) and the MoE load-balancing loss. A caller that
+        wants logits over a large vocabulary at many positions applies `lm_head` a piece at
+        a time (etude.trainer.batch)."""
         B, T = tokens_BT.shape
         h = self._hidden(tokens_BT, cache, prefix)
-        if logits_at is not None:
-            h = h.reshape(B * T, -1)[logits_at]
-        return ForwardOutput(self.lm_head(h), self._aux_loss())
+        if at is not None:
+            h = h.reshape(B * T, -1)[at]
+        return h, self._aux_loss()
 
     def forward_prefix(self, tokens_1P: torch.Tensor) -> SharedPrefix:
         """Run a prefix shared by several sequences (one row) once; see `SharedPrefix`."""
@@ -239,8 +258,16 @@ class Transformer(nn.Module):
             start = 0 if prefix is None or prefix.recording else prefix.length
             positions = torch.arange(start, start + T, device=tokens_BT.device).expand(B, T)
         rope = self.model.rotary(positions, h.dtype)
+        # Not while a shared prefix records its keys: a recomputed layer would record twice.
+        recompute = (
+            self.checkpoint_layers and torch.is_grad_enabled() and cache is None
+            and (prefix is None or not prefix.recording)
+        )  # fmt: skip
         for layer in self.model.layers:
-            h = layer(h, rope, cache, prefix)
+            if recompute and any(p.requires_grad for p in layer.parameters()):
+                h = checkpoint(layer, h, rope, None, prefix, use_reentrant=False)
+            else:
+                h = layer(h, rope, cache, prefix)
         return self.model.norm(h)
 
     def _aux_loss(self) -> torch.Tensor | None:

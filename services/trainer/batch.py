@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from etude.common.payloads import Trajectory
 from etude.model.model import Transformer
@@ -112,14 +113,48 @@ def _masked_logprobs(model: Transformer, batch: Batch, *, entropy: bool, shared:
         prefix = model.forward_prefix(batch.inputs_BT[:1, :P])
         rows, columns = at_N // T, at_N % T  # every trained column lies beyond the prefix
         at_suffix_N = rows * (T - P) + columns - P
-        out = model(batch.inputs_BT[:, P:], logits_at=at_suffix_N, prefix=prefix)
+        h_ND, aux = model.hidden(batch.inputs_BT[:, P:], at=at_suffix_N, prefix=prefix)
     else:
-        out = model(batch.inputs_BT, logits_at=at_N)
-    logprobs_NV = out.logits.float().log_softmax(-1)
+        h_ND, aux = model.hidden(batch.inputs_BT, at=at_N)
     targets_N = batch.targets_BT.reshape(-1)[at_N]
+    pieces = [
+        _head_piece(
+            model.lm_head,
+            h_ND[start : start + HEAD_ROWS],
+            targets_N[start : start + HEAD_ROWS],
+            entropy,
+        )
+        for start in range(0, len(targets_N), HEAD_ROWS)
+    ]
+    chosen_N = torch.cat([chosen for chosen, _ in pieces])
+    entropy_N = torch.cat([e for _, e in pieces]) if entropy else None
+    return chosen_N, entropy_N, aux
+
+
+# Rows of the output layer computed at once. Its logits over a 49k vocabulary are 196 KB a
+# row in fp32, and the log-softmax, its exponent and their gradients hold several copies:
+# for a micro-batch of 3,000 trained tokens, 2-3 GiB at once. A piece at a time, and
+# recomputed for the backward pass rather than kept (activation checkpointing), they are
+# ~4 x 512 rows; the cost is one more output-layer product per piece in the backward.
+HEAD_ROWS = 512
+
+
+def _head_piece(
+    head: torch.nn.Module, h_ND: torch.Tensor, targets_N: torch.Tensor, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if torch.is_grad_enabled() and (h_ND.requires_grad or head.weight.requires_grad):
+        return checkpoint(_head_logprobs, head, h_ND, targets_N, entropy, use_reentrant=False)
+    return _head_logprobs(head, h_ND, targets_N, entropy)
+
+
+def _head_logprobs(
+    head: torch.nn.Module, h_ND: torch.Tensor, targets_N: torch.Tensor, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs of the targets (and entropies) of N rows, computed in fp32."""
+    logprobs_NV = head(h_ND).float().log_softmax(-1)
     chosen_N = logprobs_NV.gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
     entropy_N = -(logprobs_NV.exp() * logprobs_NV).sum(-1) if entropy else None
-    return chosen_N, entropy_N, out.aux_loss
+    return chosen_N, entropy_N
 
 
 def _scatter(values_N: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -37,6 +38,7 @@ from etude.common.runs import RunFailedError, RunNotFoundError, RunRecord, RunRe
 from etude.common.settings import EtudeSettings
 from etude.common.signals import StopRequested
 from etude.model.pretrained import resolve_init
+from etude.trainer.heartbeat import Heartbeat
 from etude.trainer.host import TrainerHost
 from etude.trainer.placement import inference_engines, init_ray, rollout_actors, trainer_actor
 from etude.trainer.types import Endpoints, Placement
@@ -114,13 +116,31 @@ def cluster_endpoints(settings: EtudeSettings, engines: int, *, ray: bool) -> En
 def serving_env(run: RunConfig, models_dir: Path) -> dict[str, str]:
     """The settings under which a local inference service serves the run's policy: its
     architecture (a pretrained model imported first if need be), backend and seed, so the
-    trainer's weights fit it. ValueError or FileNotFoundError: `policy.init` is wrong."""
+    trainer's weights fit it; and its sizes from the run, unless set already: the context,
+    the sequences in flight (every rollout worker's episodes) and a KV cache that holds each
+    at its longest. ValueError or FileNotFoundError: `policy.init` is wrong."""
     source = resolve_init(run.policy.init, models_dir)
     model = str(Path(source).resolve()) if Path(source).is_dir() else source
+    sizes = serving_sizes(run)
     return {
+        **{f"ETUDE_INFERENCE__{name.upper()}": str(value) for name, value in sizes.items()
+           if f"ETUDE_INFERENCE__{name.upper()}" not in os.environ},
         "ETUDE_INFERENCE__MODEL": model,
         "ETUDE_INFERENCE__BACKEND": run.policy.serve_with,
         "ETUDE_INFERENCE__SEED": str(run.policy.seed),
+    }  # fmt: skip
+
+
+def serving_sizes(run: RunConfig) -> dict[str, int]:
+    """`max_model_len`, `max_num_seqs` and `kv_cache_tokens` of the inference service that
+    serves `run` alone: its rollout workers' episodes at once (the held-out evaluation runs
+    fewer), each at most `rollout.max_episode_tokens` long."""
+    sequences = run.rollout.workers * run.rollout.concurrency
+    longest = min(run.rollout.max_episode_tokens, run.policy.max_model_len)
+    return {
+        "max_model_len": run.policy.max_model_len,
+        "max_num_seqs": sequences,
+        "kv_cache_tokens": max(sequences * longest, run.policy.max_model_len),
     }
 
 
@@ -161,19 +181,10 @@ class Driver:
             return 0
         # While this process lives the run is alive; the gateway's reaper ends a run whose
         # heartbeat stops (this process killed), so it never stays `running` for nobody.
-        beating = asyncio.create_task(self._heartbeat(registry))
-        try:
+        runs = self.settings.runs
+        with Heartbeat(self.endpoints.redis_url, self.run_id, runs.heartbeat_seconds,
+                       runs.driver_timeout_seconds, prefix=registry.prefix):  # fmt: skip
             return await self._phases(registry, output_dir, resume, sft_only, out)
-        finally:
-            beating.cancel()
-
-    async def _heartbeat(self, registry: RunRegistry) -> None:
-        while True:
-            try:
-                await registry.heartbeat(self.run_id)
-            except RedisError as error:  # Redis back soon, or the reaper will say so
-                log.warning("heartbeat not written: %s", error)
-            await asyncio.sleep(self.settings.runs.heartbeat_seconds)
 
     async def _phases(
         self, registry: RunRegistry, output_dir: Path, resume: bool, sft_only: bool,
@@ -306,16 +317,18 @@ class Driver:
         try:
             while not running.done():
                 await asyncio.wait([running], timeout=1.0)
-                record = await registry.get(self.run_id)
-                show(record)
-                if workers:
-                    await self._fail_if_workers_died(registry, record)
+                # The stack first: the registry itself is in its Redis, which may be what died.
                 if self.stack is not None and not running.done():
                     failed = await asyncio.to_thread(self.stack.failures)
                     if failed:
                         error = "the local stack can no longer serve: " + "; ".join(failed)
-                        await registry.update(self.run_id, status="failed", error=error)
+                        with contextlib.suppress(RedisError):  # recorded where it still can be
+                            await registry.update(self.run_id, status="failed", error=error)
                         raise RunFailedError(self.run_id, error)
+                record = await registry.get(self.run_id)
+                show(record)
+                if workers:
+                    await self._fail_if_workers_died(registry, record)
             return running.result()
         finally:
             # Cancelled work is awaited: a warm start ends its SFT thread after the step

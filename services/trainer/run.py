@@ -123,6 +123,7 @@ class TrainingRun:
         self.model = self._in_trainer_precision(
             from_pretrained(self.policy_source, seed=config.policy.seed)
         )
+        self.model.checkpoint_layers = config.policy.activation_checkpointing
         self.trainer = PolicyTrainer(self.model, config.trainer)  # warm_start adds the reference
         self.state = checkpoint.TrainerState(step=0, policy_version=0)
         latest = checkpoint.latest_checkpoint(self.checkpoint_dir) if resume else None

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from etude.common.allocator import release_free_memory
 from etude.common.payloads import Trajectory
 from etude.common.run_config import SftConfig
 from etude.model.model import Transformer
@@ -176,6 +177,8 @@ def sft_train(
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             steps.append(SftStep(step, loss.item(), tokens))
+            del loss
+            release_free_memory()
             if on_step is not None:
                 on_step(steps[-1])
             if step % every == 0 or step == config.steps:

@@ -55,7 +55,10 @@ def cache_key(config: RunConfig, tasks: list[Task]) -> str:
         records.update(json.dumps(task.to_swe(), sort_keys=True).encode())
     shaping = {
         "records": records.hexdigest(),
-        "policy": config.policy.model_dump(mode="json", exclude={"serve_with"}),
+        # How the policy is served or its activations kept changes nothing SFT learns.
+        "policy": config.policy.model_dump(
+            mode="json", exclude={"serve_with", "activation_checkpointing"}
+        ),
         "sft": config.sft.model_dump(mode="json", exclude={"cache_dir"}),
         "tasks": {"taskset": t.taskset, "train_limit": t.train_limit, "seed": t.seed,
                   "hint_tier": t.hint_tier, "curriculum": t.curriculum.model_dump(mode="json")},

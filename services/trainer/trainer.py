@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from etude.common.allocator import release_free_memory
 from etude.common.payloads import Trajectory
 from etude.common.run_config import TrainerConfig
 from etude.model.model import Transformer
@@ -123,6 +124,7 @@ class PolicyTrainer:
         )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        release_free_memory()  # the step's activations, fragmented in the heap otherwise
         rewards = batch.rewards_B
         return StepStats(
             loss=sums["loss"], policy_loss=sums["policy"], aux_loss=sums["aux"],

@@ -132,6 +132,32 @@ def test_etude_train_fails_the_run_within_seconds_when_its_inference_service_die
     assert "Traceback" not in output and "Task was destroyed" not in output
 
 
+def test_etude_train_ends_within_seconds_with_the_reason_when_its_redis_dies(tmp_path):
+    """The run registry lives in that Redis, so the reason cannot be recorded there: the
+    terminal says it, and the run ends rather than retrying a registry that is gone."""
+    train, run_dir, log = start_long_training(tmp_path, "no-redis")
+    try:
+        deadline = time.monotonic() + 300
+        while "SFT step" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and train.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+        state = json.loads((run_dir / STATE_FILE).read_text())
+        [redis] = [c for c in state["components"] if c["name"] == "redis"]
+        killed = time.monotonic()
+        os.kill(redis["pid"], signal.SIGKILL)
+        assert train.wait(timeout=120) == 1
+        exited_after = time.monotonic() - killed
+    finally:
+        if train.poll() is None:
+            train.kill()
+            train.wait()
+    print(f"Redis killed → etude train exited after {exited_after:.1f} s")
+    assert exited_after < 30
+    output = log.read_text()
+    assert "the local stack can no longer serve: redis was killed by SIGKILL" in output
+    assert "Traceback" not in output
+
+
 def test_any_other_failure_prints_its_reason_and_where_the_logs_are(tmp_path):
     (tmp_path / "a-file").touch()
     config = tmp_path / "run.yaml"

@@ -13,6 +13,8 @@ import importlib.util
 import pytest
 import torch
 
+from etude.inference.backend_factory import start_backend
+from etude.inference.config import InferenceConfig
 from etude.inference.types import GenerationRequest, SamplingParams
 from etude.model.checkpoint import build_model, load_model, save_checkpoint
 from etude.model.upcycling import upcycle
@@ -64,16 +66,20 @@ async def _assert_serves(backend, model, version: int) -> None:
         assert difference.max() <= TOLERANCE
 
 
-async def _start(directory):
-    from etude.inference.vllm_backend import VllmBackend
+KV_CACHE_TOKENS = 4096
 
-    return await VllmBackend.start(
-        directory,
-        dtype="float32",
-        max_model_len=MAX_MODEL_LEN,
-        kv_cache_memory_bytes=32 << 20,
-        enforce_eager=True,
-    )
+
+async def _start(directory):
+    """Through the service's own factory, the KV cache sized in tokens as a run sizes it."""
+    config = InferenceConfig(
+        backend="vllm", model=str(directory), dtype="float32", max_model_len=MAX_MODEL_LEN,
+        kv_cache_tokens=KV_CACHE_TOKENS, enforce_eager=True,
+    )  # fmt: skip
+    backend = await start_backend(config, directory)
+    cache = backend._engine.vllm_config.cache_config
+    held = cache.num_gpu_blocks * cache.block_size
+    assert KV_CACHE_TOKENS <= held < KV_CACHE_TOKENS + cache.block_size, (held, cache)
+    return backend
 
 
 def _llama(tokenizer, seed: int):
@@ -101,6 +107,21 @@ async def _seeded_requests_whose_prompts_overflow_a_step_all_finish(backend) -> 
     assert backend.alive
 
 
+def _record_parts(backend) -> list[int]:
+    """The size of every part an update sends to the engine process (the engine's own
+    `collective_rpc`, called through)."""
+    sizes: list[int] = []
+    rpc = backend._engine.collective_rpc
+
+    async def recording(method, *args, **kwargs):
+        if method == "etude_reload_weights":
+            sizes.append(len(kwargs["args"][0]))
+        return await rpc(method, *args, **kwargs)
+
+    backend._engine.collective_rpc = recording
+    return sizes
+
+
 async def test_vllm_serves_a_llama_and_takes_full_and_partial_updates(tmp_path, tokenizer):
     save_checkpoint(_llama(tokenizer, seed=0), tmp_path, tokenizer)
     backend = await _start(tmp_path)
@@ -108,10 +129,16 @@ async def test_vllm_serves_a_llama_and_takes_full_and_partial_updates(tmp_path, 
         await _assert_serves(backend, load_model(tmp_path).eval(), version=0)
         await _seeded_requests_whose_prompts_overflow_a_step_all_finish(backend)
 
+        # The update reaches the engine in parts of whole layers (here one layer a part),
+        # never as one blob of the model; together they are exact.
         trained = _llama(tokenizer, seed=1)
         full = list(trained.state_dict().items())  # lm_head.weight included: it is tied
+        backend.update_part_bytes = 1
+        parts = _record_parts(backend)
         await backend.update_weights(1, full)
         await _assert_serves(backend, trained, version=1)
+        layers = trained.config.num_hidden_layers
+        assert len(parts) == layers + 2  # the embedding, each decoder layer, the final norm
 
         # Only the embedding (and so the tied head) and one projection: the rest stays v1.
         source = _llama(tokenizer, seed=2).state_dict()
@@ -131,7 +158,15 @@ async def test_vllm_serves_an_upcycled_llama_and_updates_its_experts(tmp_path, t
     try:
         await _assert_serves(backend, dense, version=0)  # step 0: the dense model's outputs
         trained = build_model(load_model(tmp_path).config, seed=7).eval()
+        backend.update_part_bytes = 1  # a part per layer: each MoE layer repacked once
         await backend.update_weights(1, trained.state_dict().items())
         await _assert_serves(backend, trained, version=1)
+
+        # One layer's experts alone: the other layers' packed experts stay as they are.
+        source = build_model(trained.config, seed=8).state_dict()
+        layer_1 = {n: t for n, t in source.items() if n.startswith("model.layers.1.mlp.")}
+        await backend.update_weights(2, layer_1.items())
+        trained.load_state_dict(layer_1, strict=False)
+        await _assert_serves(backend, trained, version=2)
     finally:
         await backend.close()

@@ -4,18 +4,29 @@ before and after the trainer-side weights are streamed in over gRPC."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
+import os
+import signal
+import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
 
 from etude.cli.stack import LocalStack, ServiceSpec
 from etude.common.auth import bearer_header
+from etude.common.grpc_client import health_status
 from etude.common.settings import EtudeSettings, StackSettings, get_settings
 from etude.inference.client import GrpcInference
-from etude.inference.types import GenerationRequest, InferenceError, SamplingParams
+from etude.inference.types import (
+    EngineDeadError,
+    GenerationRequest,
+    InferenceError,
+    SamplingParams,
+)
 from etude.model.checkpoint import from_pretrained
 from etude.model.tokenizer import load_tokenizer
 from tests.inference.completions import run_request
@@ -55,7 +66,9 @@ def assert_sampled_by(model, prompt: list[int], completion: dict) -> None:
     assert bool((chosen >= logprobs.max(-1).values - TOLERANCE).all())
 
 
-async def test_vllm_serves_the_trainers_model_and_takes_its_weights(vllm_service):
+async def test_vllm_serves_the_trainers_model_takes_its_weights_and_fails_calls_on_death(
+    vllm_service,
+):
     tokenizer = load_tokenizer()
     prompt = tokenizer.encode("def fibonacci(n):\n    ")
     greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -94,3 +107,47 @@ async def test_vllm_serves_the_trainers_model_and_takes_its_weights(vllm_service
     )
     with urllib.request.urlopen(http, timeout=60) as reply:
         assert json.loads(reply.read())["usage"]["completion_tokens"] == 4
+
+    await _calls_waiting_on_a_dead_engine_fail_within_seconds(vllm_service)
+
+
+def _engine_core_pid(service_pid: int) -> int:
+    """The service's child process vLLM names `VLLM::EngineCore`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_text()
+        except OSError:  # not a process, or one that just ended
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == service_pid and "EngineCore" in command:
+            found.append(int(entry.name))
+    [pid] = found
+    return pid
+
+
+async def _calls_waiting_on_a_dead_engine_fail_within_seconds(service) -> None:
+    """The incident this guards: the kernel killed vLLM's engine core during a weight update
+    and the trainer waited 15 minutes for the call's deadline. The engine core is stopped
+    first, so the update and a generation are certainly waiting on it, then killed."""
+    engine = _engine_core_pid(service.pid)
+    client = GrpcInference(service.address)
+    greedy = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
+    try:
+        os.kill(engine, signal.SIGSTOP)
+        weights = from_pretrained("tiny", seed=2).state_dict().items()
+        update = asyncio.ensure_future(client.update_weights(2, weights))
+        request = GenerationRequest(request_id="doomed", prompt_token_ids=(1, 2, 3),
+                                    sampling=greedy)  # fmt: skip
+        generation = asyncio.ensure_future(run_request(client, request))
+        await asyncio.sleep(2)
+        assert not update.done() and not generation.done()
+        os.kill(engine, signal.SIGKILL)
+        killed = time.monotonic()
+        for call in (update, generation):
+            with pytest.raises(EngineDeadError, match=r"the inference engine died: .*SIGKILL"):
+                await asyncio.wait_for(call, timeout=30)
+        assert time.monotonic() - killed < 10
+        assert health_status(service.address) == "NOT_SERVING"
+    finally:
+        await client.close()

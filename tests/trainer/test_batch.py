@@ -13,7 +13,12 @@ from etude.inference.types import GenerationRequest, SamplingParams
 from etude.model.checkpoint import build_model
 from etude.model.tokenizer import load_tokenizer
 from etude.rollout.trajectory import TrajectoryBuilder
-from etude.trainer.batch import collate, shared_prefix_length, token_logprobs
+from etude.trainer.batch import (
+    collate,
+    shared_prefix_length,
+    token_logprobs,
+    token_logprobs_and_entropy,
+)
 from etude.trainer.loss import group_advantages, policy_loss
 from tests.inference.completions import run_request
 from tests.inference.conftest import small_moe_config
@@ -110,6 +115,43 @@ def test_a_groups_shared_prompt_runs_once_with_the_same_logprobs_and_gradients()
         assert (logprobs.detach()[batch.mask_BT == 0] == 0).all()
         for name, grad in grads[0].items():
             assert torch.allclose(grads[1][name], grad, atol=1e-5, rtol=1e-4), name
+
+
+def test_the_output_layer_in_pieces_and_recomputed_layers_change_no_logprob_or_gradient(
+    monkeypatch,
+):
+    """What bounds a step's memory (the output layer a few rows at a time, recomputed in the
+    backward pass; the trained layers' activations recomputed too) must give the logprobs,
+    entropies and gradients of the plain full-vocabulary forward."""
+    from etude.trainer import batch as batch_module
+    from tests.model.test_llama import llama_config
+
+    generator = torch.Generator().manual_seed(1)
+    prompt = torch.randint(10, 200, (30,), generator=generator).tolist()
+    completions = [torch.randint(10, 200, (n,), generator=generator).tolist() for n in (9, 4, 13)]
+    batch = collate(_group(prompt, completions))
+    monkeypatch.setattr(batch_module, "HEAD_ROWS", 5)  # 26 trained tokens: six pieces
+    for config in (small_moe_config(256), llama_config(vocab_size=256)):
+        model = build_model(config, seed=4).train()
+        for p in model.model.layers[0].parameters():
+            p.requires_grad_(False)  # a frozen layer runs plainly, the others recompute
+        results = []
+        for bounded in (False, True):
+            model.checkpoint_layers = bounded
+            model.zero_grad()
+            logprobs, entropy, _ = token_logprobs_and_entropy(
+                model, batch, policy_tokens_only=bounded, shared_prefix=bounded
+            )
+            ((logprobs + 0.1 * entropy) * batch.mask_BT).sum().backward()
+            grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+            results.append((logprobs.detach() * batch.mask_BT, entropy.detach() * batch.mask_BT,
+                            grads))  # fmt: skip
+        (plain_lp, plain_ent, plain_grads), (lp, ent, grads) = results
+        assert torch.allclose(lp, plain_lp, atol=1e-5, rtol=0)
+        assert torch.allclose(ent, plain_ent, atol=1e-5, rtol=0)
+        assert grads.keys() == plain_grads.keys()
+        for name, grad in plain_grads.items():
+            assert torch.allclose(grads[name], grad, atol=1e-5, rtol=1e-4), name
 
 
 def test_rows_with_nothing_in_common_run_whole():
