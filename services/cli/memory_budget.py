@@ -43,7 +43,7 @@ ROLLOUT_WORKER = int(0.3 * GIB)
 # trained layer keeps ~32 (SmolLM2's SFT, measured); with activation checkpointing each
 # keeps its input (1) and one layer's worth (32) is recomputed at a time.
 LAYER_ACTIVATIONS = 32
-HEAD_PIECE_ROWS = 512  # etude.trainer.batch.HEAD_ROWS
+HEAD_PIECE_BYTES = 128 << 20  # etude.trainer.batch.HEAD_PIECE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ def trainer_need(run: RunConfig, shape: PolicyShape) -> int:
         else layers * LAYER_ACTIVATIONS
     )
     activations = int(tokens * shape.hidden_size * 4 * units)
-    head = HEAD_PIECE_ROWS * shape.vocab_size * 4 * 4  # logits, log-softmax and gradients
+    head = HEAD_PIECE_BYTES * 4  # a piece's logits, log-softmax and their gradients
     return TORCH_PROCESS + weights + reference + optimizer + activations + head
 
 

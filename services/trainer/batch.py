@@ -117,26 +117,31 @@ def _masked_logprobs(model: Transformer, batch: Batch, *, entropy: bool, shared:
     else:
         h_ND, aux = model.hidden(batch.inputs_BT, at=at_N)
     targets_N = batch.targets_BT.reshape(-1)[at_N]
+    rows = head_piece_rows(model.lm_head.out_features)
     pieces = [
-        _head_piece(
-            model.lm_head,
-            h_ND[start : start + HEAD_ROWS],
-            targets_N[start : start + HEAD_ROWS],
-            entropy,
-        )
-        for start in range(0, len(targets_N), HEAD_ROWS)
+        _head_piece(model.lm_head, h_ND[start : start + rows], targets_N[start : start + rows],
+                    entropy)  # fmt: skip
+        for start in range(0, len(targets_N), rows)
     ]
     chosen_N = torch.cat([chosen for chosen, _ in pieces])
     entropy_N = torch.cat([e for _, e in pieces]) if entropy else None
     return chosen_N, entropy_N, aux
 
 
-# Rows of the output layer computed at once. Its logits over a 49k vocabulary are 196 KB a
-# row in fp32, and the log-softmax, its exponent and their gradients hold several copies:
-# for a micro-batch of 3,000 trained tokens, 2-3 GiB at once. A piece at a time, and
-# recomputed for the backward pass rather than kept (activation checkpointing), they are
-# ~4 x 512 rows; the cost is one more output-layer product per piece in the backward.
-HEAD_ROWS = 512
+# The output layer's fp32 logits computed at once. Over a 49k vocabulary they are 196 KB a
+# row, and the log-softmax, its exponent and their gradients hold several copies: for a
+# micro-batch of 3,000 trained tokens, 2-3 GiB at once. A piece at a time, and recomputed
+# for the backward pass rather than kept (activation checkpointing), they are ~4 x 128 MiB;
+# the cost is one more output-layer product per piece in the backward. Pieces are sized in
+# bytes, not rows: where the whole micro-batch's logits fit one piece (a small vocabulary,
+# a short completion) it runs as one, with the same sums, to the bit, as an unbounded step
+# (rows summed in another order change the output layer's gradient in its last bits, and
+# over hundreds of SFT steps that is another policy).
+HEAD_PIECE_BYTES = 128 << 20
+
+
+def head_piece_rows(vocab_size: int) -> int:
+    return max(1, HEAD_PIECE_BYTES // (4 * vocab_size))
 
 
 def _head_piece(

@@ -130,7 +130,8 @@ def test_the_output_layer_in_pieces_and_recomputed_layers_change_no_logprob_or_g
     prompt = torch.randint(10, 200, (30,), generator=generator).tolist()
     completions = [torch.randint(10, 200, (n,), generator=generator).tolist() for n in (9, 4, 13)]
     batch = collate(_group(prompt, completions))
-    monkeypatch.setattr(batch_module, "HEAD_ROWS", 5)  # 26 trained tokens: six pieces
+    # Five rows of a 256-token vocabulary a piece: 26 trained tokens in six pieces.
+    monkeypatch.setattr(batch_module, "HEAD_PIECE_BYTES", 5 * 4 * 256)
     for config in (small_moe_config(256), llama_config(vocab_size=256)):
         model = build_model(config, seed=4).train()
         for p in model.model.layers[0].parameters():
@@ -152,6 +153,38 @@ def test_the_output_layer_in_pieces_and_recomputed_layers_change_no_logprob_or_g
         assert grads.keys() == plain_grads.keys()
         for name, grad in plain_grads.items():
             assert torch.allclose(grads[name], grad, atol=1e-5, rtol=1e-4), name
+
+
+def test_a_micro_batch_within_one_output_layer_piece_trains_as_an_unbounded_step_to_the_bit(
+    monkeypatch,
+):
+    """The guard's tiny policy (and every micro-batch whose logits fit one piece) must see
+    the same sums as a step without pieces or recomputation: its SFT is hundreds of steps
+    long, and gradients that differ in their last bits end in another policy."""
+    from etude.trainer import batch as batch_module
+
+    generator = torch.Generator().manual_seed(2)
+    prompt = torch.randint(10, 200, (30,), generator=generator).tolist()
+    completions = [torch.randint(10, 200, (n,), generator=generator).tolist() for n in (9, 4, 13)]
+    batch = collate(_group(prompt, completions))
+    model = build_model(small_moe_config(256), seed=4).train()
+    results = []
+    for unbounded in (True, False):
+        if unbounded:  # the output layer applied directly, kept for the backward pass
+            monkeypatch.setattr(batch_module, "_head_piece", batch_module._head_logprobs)
+        else:
+            monkeypatch.undo()
+        model.zero_grad()
+        logprobs, entropy, _ = token_logprobs_and_entropy(
+            model, batch, policy_tokens_only=True, shared_prefix=True
+        )
+        ((logprobs + 0.1 * entropy) * batch.mask_BT).sum().backward()
+        results.append({n: p.grad.clone() for n, p in model.named_parameters()
+                        if p.grad is not None})  # fmt: skip
+    unbounded_grads, grads = results
+    assert grads.keys() == unbounded_grads.keys()
+    for name, grad in unbounded_grads.items():
+        assert torch.equal(grads[name], grad), name
 
 
 def test_rows_with_nothing_in_common_run_whole():
