@@ -119,8 +119,9 @@ def _masked_logprobs(model: Transformer, batch: Batch, *, entropy: bool, shared:
     targets_N = batch.targets_BT.reshape(-1)[at_N]
     rows = head_piece_rows(model.lm_head.out_features)
     pieces = [
-        _head_piece(model.lm_head, h_ND[start : start + rows], targets_N[start : start + rows],
-                    entropy)  # fmt: skip
+        _head_piece(
+            model.lm_head, h_ND[start : start + rows], targets_N[start : start + rows], entropy
+        )
         for start in range(0, len(targets_N), rows)
     ]
     chosen_N = torch.cat([chosen for chosen, _ in pieces])
