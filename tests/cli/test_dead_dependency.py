@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -103,17 +104,24 @@ async def _failed_record(redis_url: str, within: float):
     raise AssertionError("the run was not failed")
 
 
+def kill_during_sft(train, run_dir: Path, log: Path, component: str) -> tuple[dict, float]:
+    """Once the run's SFT has taken a step, SIGKILL the stack's `component` (its pid from the
+    stack's state file); (that state, when it was killed)."""
+    deadline = time.monotonic() + 300
+    while "SFT step" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline and train.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.5)
+    state = json.loads((run_dir / STATE_FILE).read_text())
+    [process] = [c for c in state["components"] if c["name"] == component]
+    killed = time.monotonic()
+    os.kill(process["pid"], signal.SIGKILL)
+    return state, killed
+
+
 def test_etude_train_fails_the_run_within_seconds_when_its_inference_service_dies(tmp_path):
     train, run_dir, log = start_long_training(tmp_path, "doomed")
     try:
-        deadline = time.monotonic() + 300
-        while "SFT step" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline and train.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.5)
-        state = json.loads((run_dir / STATE_FILE).read_text())
-        [inference] = [c for c in state["components"] if c["name"] == "inference"]
-        killed = time.monotonic()
-        os.kill(inference["pid"], signal.SIGKILL)
+        state, killed = kill_during_sft(train, run_dir, log, "inference")
         record = asyncio.run(_failed_record(state["redis_url"], within=60))
         seconds_to_failed = time.monotonic() - killed
         assert train.wait(timeout=120) == 1
@@ -137,14 +145,7 @@ def test_etude_train_ends_within_seconds_with_the_reason_when_its_redis_dies(tmp
     terminal says it, and the run ends rather than retrying a registry that is gone."""
     train, run_dir, log = start_long_training(tmp_path, "no-redis")
     try:
-        deadline = time.monotonic() + 300
-        while "SFT step" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline and train.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.5)
-        state = json.loads((run_dir / STATE_FILE).read_text())
-        [redis] = [c for c in state["components"] if c["name"] == "redis"]
-        killed = time.monotonic()
-        os.kill(redis["pid"], signal.SIGKILL)
+        _, killed = kill_during_sft(train, run_dir, log, "redis")
         assert train.wait(timeout=120) == 1
         exited_after = time.monotonic() - killed
     finally:
