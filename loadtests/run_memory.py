@@ -22,6 +22,7 @@ a newcomer's machine would see it.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,8 @@ TARGET_GIB = 12.0
 def children_of() -> dict[int, list[int]]:
     tree: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():  # self, thread-self, sys, ...
+            continue
         try:
             parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError):
@@ -81,10 +84,10 @@ def process_name(argv: list[str]) -> str:
         return "vllm_engine"
     if "redis-server" in text:
         return "redis"
+    if "train" in argv:  # `python -m etude.cli train …`
+        return "trainer"
     if "-m" in argv and argv.index("-m") + 1 < len(argv):
         return argv[argv.index("-m") + 1].removeprefix("etude.").replace(".", "_")
-    if "train" in argv:
-        return "trainer"
     return "other"
 
 
@@ -101,17 +104,22 @@ def measure(argv: list[str], env: dict[str, str], log: Path) -> tuple[int, float
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     peak, per_kind, seen = 0, {}, {}
-    while proc.poll() is None:
-        sizes: dict[str, int] = {}
-        for pid in descendants(proc.pid):
-            found = pss_and_name(pid)
-            if found:
-                sizes[found[1]] = sizes.get(found[1], 0) + found[0]
-                seen.setdefault(pid, (start_time(pid), found[1]))
-        peak = max(peak, sum(sizes.values()))
-        for kind, size in sizes.items():
-            per_kind[kind] = max(per_kind.get(kind, 0), size)
-        time.sleep(0.5)
+    try:
+        while proc.poll() is None:
+            sizes: dict[str, int] = {}
+            for pid in descendants(proc.pid):
+                found = pss_and_name(pid)
+                if found:
+                    sizes[found[1]] = sizes.get(found[1], 0) + found[0]
+                    seen.setdefault(pid, (start_time(pid), found[1]))
+            peak = max(peak, sum(sizes.values()))
+            for kind, size in sizes.items():
+                per_kind[kind] = max(per_kind.get(kind, 0), size)
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:  # the measurement failed or was interrupted: end the run too
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
     time.sleep(10)
     left = [(pid, kind) for pid, (started, kind) in seen.items()
             if started is not None and start_time(pid) == started]  # fmt: skip
