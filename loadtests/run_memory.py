@@ -4,7 +4,7 @@ a newcomer's machine would see it.
 - The run: `make run`'s config (configs/locate-smollm2.yaml) in a fresh run directory, the
   page cache dropped first (root) so vLLM and the model load from disk. `--quick` shortens
   it to 4 SFT steps, one RL step and 4 held-out tasks: every phase runs (warm start, a full
-  weight publish, evaluation, rollouts, a partial publish) in a few minutes, with the
+  weight publish, evaluation, rollouts, a partial publish) in about 9 minutes, with the
   make run's sizes (KV cache, concurrency, micro-batch), so its peak is make run's peak
   phase by phase; the full run is make run itself.
 - Memory: the proportional set size (PSS) of every process of `etude train`'s tree, summed,
