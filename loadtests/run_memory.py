@@ -35,6 +35,7 @@ from benchlib import argument_parser, metric, print_metrics, write_json
 from etude.cli.memory_budget import GIB, run_need
 from etude.common.run_config import load_run_config
 from etude.inference.config import InferenceConfig
+from etude.sandbox.procs import stat_fields, subtree
 from etude.trainer.driver import serving_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,28 +43,6 @@ MAKE_RUN_CONFIG = REPO / "configs" / "locate-smollm2.yaml"
 QUICK = {"sft": {"steps": 4}, "trainer": {"steps": 1},
          "tasks": {"eval_limit": 4, "eval_samples": 1}}  # fmt: skip
 TARGET_GIB = 12.0
-
-
-def children_of() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():  # self, thread-self, sys, ...
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):
-            continue
-        tree.setdefault(parent, []).append(int(entry.name))
-    return tree
-
-
-def descendants(root: int) -> list[int]:
-    tree, found, todo = children_of(), [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(tree.get(pid, []))
-    return found
 
 
 def pss_and_name(pid: int) -> tuple[int, str] | None:
@@ -92,8 +71,9 @@ def process_name(argv: list[str]) -> str:
 
 
 def start_time(pid: int) -> str | None:
+    """Tells a process from a later one that reuses its pid."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return stat_fields(pid)[19]
     except (OSError, IndexError):
         return None
 
@@ -107,7 +87,7 @@ def measure(argv: list[str], env: dict[str, str], log: Path) -> tuple[int, float
     try:
         while proc.poll() is None:
             sizes: dict[str, int] = {}
-            for pid in descendants(proc.pid):
+            for pid in [proc.pid, *subtree(proc.pid)]:
                 found = pss_and_name(pid)
                 if found:
                     sizes[found[1]] = sizes.get(found[1], 0) + found[0]

@@ -165,23 +165,24 @@ def test_a_micro_batch_within_one_output_layer_piece_trains_as_an_unbounded_step
 
     generator = torch.Generator().manual_seed(2)
     prompt = torch.randint(10, 200, (30,), generator=generator).tolist()
-    completions = [torch.randint(10, 200, (n,), generator=generator).tolist() for n in (9, 4, 13)]
+    # 640 trained tokens: more rows than a piece of a row-sized rule would hold.
+    completions = [torch.randint(10, 200, (n,), generator=generator).tolist() for n in (300, 340)]
     batch = collate(_group(prompt, completions))
     model = build_model(small_moe_config(256), seed=4).train()
-    results = []
-    for unbounded in (True, False):
-        if unbounded:  # the output layer applied directly, kept for the backward pass
-            monkeypatch.setattr(batch_module, "_head_piece", batch_module._head_logprobs)
-        else:
-            monkeypatch.undo()
+
+    def gradients() -> dict[str, torch.Tensor]:
         model.zero_grad()
         logprobs, entropy, _ = token_logprobs_and_entropy(
             model, batch, policy_tokens_only=True, shared_prefix=True
         )
         ((logprobs + 0.1 * entropy) * batch.mask_BT).sum().backward()
-        results.append({n: p.grad.clone() for n, p in model.named_parameters()
-                        if p.grad is not None})  # fmt: skip
-    unbounded_grads, grads = results
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    with monkeypatch.context() as unbounded:  # one product over every row, kept as it is
+        unbounded.setattr(batch_module, "HEAD_PIECE_BYTES", 1 << 40)
+        unbounded.setattr(batch_module, "_head_piece", batch_module._head_logprobs)
+        unbounded_grads = gradients()
+    grads = gradients()
     assert grads.keys() == unbounded_grads.keys()
     for name, grad in unbounded_grads.items():
         assert torch.equal(grads[name], grad), name
