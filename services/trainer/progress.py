@@ -59,7 +59,10 @@ class RunProgress:
             self._closed = True
             pending = [asyncio.wrap_future(f) for f in self._pending]
         if pending:
-            await asyncio.wait(pending, timeout=timeout)
+            done, _ = await asyncio.wait(pending, timeout=timeout)
+            for mirror in done:  # a failed write is logged by `_settled`; its mirror's
+                if not mirror.cancelled():  # exception is read here, or asyncio prints
+                    mirror.exception()  # "Future exception was never retrieved"
         for future in list(self._pending):
             future.cancel()
 

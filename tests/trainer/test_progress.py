@@ -4,6 +4,7 @@ thread, throttled, with the last count of a phase always written."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 
@@ -106,3 +107,20 @@ async def test_close_lands_the_lines_sent_and_drops_what_a_thread_says_after_it(
     await asyncio.to_thread(thread.join)
     assert said_after_close and (await settled(registry, run.run_id)) == landed
     assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+
+async def test_a_line_that_cannot_reach_a_dead_redis_is_logged_and_close_stays_quiet(
+    caplog,
+):
+    """Redis gone (nothing listens on the port): the write fails, `progress not recorded`
+    says why, and closing leaves no unread exception for asyncio to print as a traceback."""
+    client = aioredis.from_url("redis://127.0.0.1:1", socket_connect_timeout=1)
+    progress = RunProgress(RunRegistry(client, prefix="t"), "gone", min_seconds=0)
+    progress.say("SFT step 1", last=True)
+    await progress.close()
+    await client.aclose()
+    gc.collect()  # an unread future exception is reported when the future is collected
+    await asyncio.sleep(0)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(m.startswith("progress not recorded") for m in messages), messages
+    assert not [m for m in messages if "never retrieved" in m], messages
